@@ -1,0 +1,40 @@
+"""Email addresses: validation and the dedup key ``email_lower``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+from email_validator import EmailNotValidError, validate_email
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    email: str  # as entered, trimmed
+    email_lower: str  # the dedup key
+
+
+def parse_address(raw: str) -> Address:
+    """Return the address and its dedup key, or raise ValidationError saying what is wrong.
+
+    The key is the trimmed address with its domain IDNA-encoded and lower-cased and its local part
+    lower-cased in ASCII only (a non-ASCII local part keeps its other characters as they are).
+    """
+    email = (raw or "").strip()
+    if any(ch in email for ch in "\r\n\0"):
+        raise ValidationError("%(value)r is not a valid email address: it contains a line break.",
+                              code="invalid_email", params={"value": raw})
+    try:
+        checked = validate_email(email, check_deliverability=False, allow_smtputf8=True)
+    except EmailNotValidError as exc:
+        raise ValidationError("%(value)r is not a valid email address: %(reason)s",
+                              code="invalid_email", params={"value": raw, "reason": exc}) from exc
+    domain = (checked.ascii_domain or checked.domain).lower()
+    return Address(email=email, email_lower=f"{checked.local_part.translate(_ASCII_LOWER)}@{domain}")
+
+
+def email_lower(raw: str) -> str:
+    """Return the dedup key of ``raw`` (see parse_address)."""
+    return parse_address(raw).email_lower

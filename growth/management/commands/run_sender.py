@@ -1,0 +1,34 @@
+import signal
+
+from django.core.management.base import BaseCommand, CommandError
+
+from growth.worker import Worker, default_worker_id
+
+
+class Command(BaseCommand):
+    help = "Run the campaign sender: start due campaigns, build, claim, deliver, settle, finish."
+
+    def add_arguments(self, parser):
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument("--once", action="store_true", help="Run one cycle and exit.")
+        mode.add_argument("--until-idle", action="store_true",
+                          help="Exit once no campaign is due or sending (paused ones do not count).")
+        parser.add_argument("--batch-size", type=int, default=20, help="Rows claimed per batch.")
+        parser.add_argument("--tick", type=float, default=60.0,
+                            help="Seconds to sleep when idle (a full batch goes on at once).")
+        parser.add_argument("--lease", type=float, default=None,
+                            help="Seconds a claimed row stays ours (default: SENDER_LEASE).")
+        parser.add_argument("--worker-id", default=None,
+                            help=f"Name in claimed_by (default host:pid, e.g. {default_worker_id()}).")
+
+    def handle(self, *args, **options):
+        if options["batch_size"] < 1:
+            raise CommandError("--batch-size must be at least 1")
+        if options["tick"] <= 0 or (options["lease"] is not None and options["lease"] <= 0):
+            raise CommandError("--tick and --lease must be positive")
+        worker = Worker(worker_id=options["worker_id"], batch_size=options["batch_size"],
+                        tick=options["tick"], lease=options["lease"],
+                        once=options["once"], until_idle=options["until_idle"])
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: worker.stop())
+        worker.run()

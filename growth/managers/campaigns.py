@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import models
+
+from growth.managers.queries import fetchall, load_beside
+
+QUERIES = load_beside(__file__)
+
+
+@dataclass(frozen=True, slots=True)
+class Outlook:
+    busy: bool  # a campaign is sending or due to start
+    next_in: float | None  # seconds until the next scheduled start, retry or lease expiry
+
+
+class CampaignManager(models.Manager):
+    """Compare-and-set transitions of growth_campaigns (see campaigns.sql)."""
+
+    def approve(self, *, campaign_id: int, version: datetime) -> bool:
+        """Move draft -> approved if the campaign is still the validated ``version``."""
+        return bool(_rows("approve", campaign_id=campaign_id, version=version))
+
+    def start_due(self) -> list[int]:
+        """Move every due approved campaign to sending; return the ids this call moved."""
+        return [row[0] for row in _rows("start_due")]
+
+    def pause(self, *, campaign_id: int) -> bool:
+        return bool(_rows("pause", campaign_id=campaign_id))
+
+    def resume(self, *, campaign_id: int) -> bool:
+        return bool(_rows("resume", campaign_id=campaign_id))
+
+    def cancel(self, *, campaign_id: int) -> int | None:
+        """Cancel; return how many queued rows were dropped, or None if not cancellable."""
+        rows = _rows("cancel", campaign_id=campaign_id)
+        return rows[0][1] if rows else None
+
+    def finish(self) -> list[int]:
+        """Move every sending campaign with nothing left to do to sent; return their ids."""
+        return [row[0] for row in _rows("finish")]
+
+    def status_of(self, *, campaign_id: int) -> str | None:
+        rows = _rows("status", campaign_id=campaign_id)
+        return rows[0][0] if rows else None
+
+    def outlook(self) -> Outlook:
+        busy, next_in = _rows("outlook")[0]
+        return Outlook(busy=busy, next_in=next_in)
+
+    def progress(self, campaign_ids: list[int]) -> dict[int, dict[str, int]]:
+        """Return {campaign_id: {send status: rows}} in one aggregate query."""
+        counts: dict[int, dict[str, int]] = defaultdict(dict)
+        for campaign_id, status, n in _rows("progress", campaign_ids=list(campaign_ids)):
+            counts[campaign_id][status] = n
+        return dict(counts)
+
+
+
+def _rows(name: str, **params) -> list[tuple]:
+    return fetchall(QUERIES[name], params)

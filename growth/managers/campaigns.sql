@@ -1,0 +1,94 @@
+-- Campaign transitions. Each is ONE compare-and-set statement: the expected status lives in the
+-- WHERE of the UPDATE itself, so of any number of concurrent callers exactly one gets the row
+-- back and the others get zero rows. Never SELECT the status and UPDATE it afterwards.
+
+-- approve --
+-- draft -> approved, only for the version that was validated (updated_at unchanged since)
+UPDATE growth_campaigns
+   SET status = 'approved', updated_at = now()
+ WHERE id = %(campaign_id)s
+   AND status = 'draft'
+   AND updated_at = %(version)s
+RETURNING id;
+
+-- start_due --
+-- approved -> sending for every campaign whose time has come (the database's clock decides)
+UPDATE growth_campaigns
+   SET status = 'sending', started_at = coalesce(started_at, now()), updated_at = now()
+ WHERE status = 'approved'
+   AND scheduled_for <= now()
+RETURNING id;
+
+-- pause --
+UPDATE growth_campaigns
+   SET status = 'paused', updated_at = now()
+ WHERE id = %(campaign_id)s
+   AND status = 'sending'
+RETURNING id;
+
+-- resume --
+UPDATE growth_campaigns
+   SET status = 'sending', updated_at = now()
+ WHERE id = %(campaign_id)s
+   AND status = 'paused'
+RETURNING id;
+
+-- cancel --
+-- any unfinished state -> cancelled; its queued rows become cancelled in the same statement.
+-- Rows already claimed (sending) are on the wire and settle normally.
+WITH cancelled AS (
+    UPDATE growth_campaigns
+       SET status = 'cancelled', finished_at = now(), updated_at = now()
+     WHERE id = %(campaign_id)s
+       AND status IN ('draft', 'approved', 'sending', 'paused')
+    RETURNING id
+), dropped AS (
+    UPDATE growth_sends s
+       SET status = 'cancelled', updated_at = now()
+      FROM cancelled c
+     WHERE s.campaign_id = c.id
+       AND s.status = 'queued'
+    RETURNING s.id
+)
+SELECT c.id, (SELECT count(*) FROM dropped) AS dropped
+  FROM cancelled c;
+
+-- finish --
+-- sending -> sent once the list is built and no row is queued or on the wire
+UPDATE growth_campaigns c
+   SET status = 'sent', finished_at = now(), updated_at = now()
+ WHERE c.status = 'sending'
+   AND c.recipients_built_at IS NOT NULL
+   AND NOT EXISTS (SELECT 1
+                     FROM growth_sends s
+                    WHERE s.campaign_id = c.id
+                      AND s.status IN ('queued', 'sending'))
+RETURNING c.id;
+
+-- status --
+SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s;
+
+-- outlook --
+-- busy: a campaign is sending or due to start. next_in: seconds until the earliest scheduled
+-- start, retry or lease expiry (NULL: nothing is waiting), by the database's clock.
+SELECT EXISTS (SELECT 1
+                 FROM growth_campaigns
+                WHERE status = 'sending'
+                   OR (status = 'approved' AND scheduled_for <= now())) AS busy,
+       greatest(0, extract(epoch FROM (
+           SELECT min(t)
+             FROM (SELECT min(scheduled_for) FROM growth_campaigns WHERE status = 'approved'
+                   UNION ALL
+                   SELECT min(next_attempt_at) FROM growth_sends
+                    WHERE status = 'queued' AND next_attempt_at IS NOT NULL
+                   UNION ALL
+                   SELECT min(lease_expires_at) FROM growth_sends WHERE status = 'sending'
+                  ) AS waiting(t)
+       ) - now()))::float AS next_in;
+
+-- progress --
+-- rows per status for the given campaigns: one aggregate, served by (campaign_id, status)
+SELECT campaign_id, status, count(*)
+  FROM growth_sends
+ WHERE campaign_id = ANY(%(campaign_ids)s)
+ GROUP BY campaign_id, status;

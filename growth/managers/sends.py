@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import models, transaction
+
+from growth.managers.queries import fetchall, load_beside
+from growth.transports.base import Outcome
+
+QUERIES = load_beside(__file__)
+
+RECOVER_LIMIT = 10_000  # rows per recovery statement, to keep its transaction short
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A send row this worker now holds: 'sending' under a lease, or just marked 'suppressed'."""
+
+    id: int
+    campaign_id: int
+    account_id: int
+    subscriber_id: int
+    email: str
+    job_id: str
+    status: str
+    attempts: int
+
+
+class SendManager(models.Manager):
+    """Build, claim, settle and recover growth_sends rows (see sends.sql)."""
+
+    def unbuilt_campaigns(self) -> list[int]:
+        return [row[0] for row in fetchall(QUERIES["unbuilt_campaigns"])]
+
+    def build_recipients(self, *, campaign_id: int) -> int | None:
+        """Create the campaign's send rows and mark it built, in one transaction.
+
+        Return how many rows were created, or None when another worker holds the build or has
+        already finished it.
+        """
+        params = {"campaign_id": campaign_id}
+        with transaction.atomic():
+            if not fetchall(QUERIES["try_build_lock"], params)[0][0]:
+                return None
+            if not fetchall(QUERIES["still_unbuilt"], params):
+                return None
+            created = _rowcount(QUERIES["build_recipients"], params)
+            fetchall(QUERIES["mark_built"], params)
+        return created
+
+    def claim(self, *, worker_id: str, batch_size: int, lease: float) -> list[Claimed]:
+        """Claim up to ``batch_size`` due rows (committed before this returns)."""
+        with transaction.atomic():
+            rows = fetchall(QUERIES["claim"],
+                            {"worker_id": worker_id, "batch_size": batch_size, "lease": lease})
+        return sorted((Claimed(*row) for row in rows), key=lambda c: c.id)
+
+    def settle(self, outcomes: Sequence[Outcome], *, worker_id: str, max_attempts: int,
+               backoff_base: float, backoff_max: float) -> dict[int, str]:
+        """Record a batch of outcomes in one statement; return {send id: new status}.
+
+        Rows no longer held by ``worker_id`` are left alone and absent from the result.
+        """
+        if not outcomes:
+            return {}
+        params = {
+            "ids": [o.send_id for o in outcomes],
+            "outcomes": [o.kind for o in outcomes],
+            "provider_ids": [o.provider_message_id for o in outcomes],
+            "errors": [o.error for o in outcomes],
+            "worker_id": worker_id,
+            "max_attempts": max_attempts,
+            "backoff_base": backoff_base,
+            "backoff_max": backoff_max,
+        }
+        return dict(fetchall(QUERIES["settle"], params))
+
+    def recover_expired(self, *, idempotent: bool, max_attempts: int) -> list[tuple[int, int, str]]:
+        """Release rows whose lease expired; return (send id, campaign id, new status) of each."""
+        return fetchall(QUERIES["recover_expired"], {
+            "idempotent": idempotent, "max_attempts": max_attempts, "limit": RECOVER_LIMIT,
+        })
+
+
+def _rowcount(statement: str, params: dict) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.rowcount

@@ -1,0 +1,134 @@
+-- The life of a growth_sends row: build -> claim -> settle, and recovery of expired leases.
+-- Times are the database's now(), never a worker's clock.
+
+-- unbuilt_campaigns --
+-- sending campaigns whose recipient list is not built yet (new, or a crash between start and build)
+SELECT id FROM growth_campaigns
+ WHERE status = 'sending' AND recipients_built_at IS NULL
+ ORDER BY id;
+
+-- try_build_lock --
+-- one builder per campaign: the others skip it instead of repeating the heavy INSERT; released
+-- at commit (or when the builder dies)
+SELECT pg_try_advisory_xact_lock(hashtextextended('growth_sends.build:' || %(campaign_id)s, 0));
+
+-- still_unbuilt --
+SELECT 1 FROM growth_campaigns
+ WHERE id = %(campaign_id)s AND status = 'sending' AND recipients_built_at IS NULL;
+
+-- build_recipients --
+-- One row per address: the oldest eligible subscriber row stands for it. ON CONFLICT covers both
+-- (campaign, subscriber) and (campaign, email_lower), so a rebuild after a crash adds nothing,
+-- even when the oldest subscriber row for an address changed in between.
+INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower, job_id)
+SELECT DISTINCT ON (s.email_lower)
+       c.id, c.account_id, s.id, s.email, s.email_lower,
+       'campaign:' || c.id || ':' || s.id          -- deterministic: never a uuid or a timestamp
+  FROM growth_campaigns c
+  JOIN growth_subscribers s ON s.account_id = c.account_id
+ WHERE c.id = %(campaign_id)s
+   AND s.status = 'confirmed'
+   AND (NOT EXISTS (SELECT 1 FROM growth_campaigns_segments cs WHERE cs.campaign_id = c.id)
+        OR s.segment_id IN (SELECT cs.segment_id
+                              FROM growth_campaigns_segments cs
+                             WHERE cs.campaign_id = c.id))
+   AND NOT EXISTS (SELECT 1
+                     FROM growth_suppressions x
+                    WHERE x.account_id = c.account_id
+                      AND x.email_lower = s.email_lower)
+ ORDER BY s.email_lower, s.created_at, s.id
+ON CONFLICT DO NOTHING;
+
+-- mark_built --
+UPDATE growth_campaigns
+   SET recipients_built_at = now(), updated_at = now()
+ WHERE id = %(campaign_id)s AND recipients_built_at IS NULL;
+
+-- claim --
+-- Take up to batch_size due rows no other worker holds (SKIP LOCKED: disjoint batches, no
+-- waiting). In the same statement, re-check the tenant's suppressions and the subscriber's
+-- status: an opt-out committed since the build turns the row into 'suppressed' before any
+-- network call. The rest become 'sending' under a lease. The caller commits, then delivers.
+WITH due AS (
+    SELECT s.id, s.account_id, s.subscriber_id, s.email_lower
+      FROM growth_sends s
+      JOIN growth_campaigns c ON c.id = s.campaign_id
+     WHERE s.status = 'queued'
+       AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
+       AND c.status = 'sending'
+     ORDER BY s.id
+     LIMIT %(batch_size)s
+       FOR UPDATE OF s SKIP LOCKED
+), verdict AS (
+    SELECT due.id,
+           sub.status <> 'confirmed'
+           OR EXISTS (SELECT 1
+                        FROM growth_suppressions x
+                       WHERE x.account_id = due.account_id
+                         AND x.email_lower = due.email_lower) AS blocked
+      FROM due
+      JOIN growth_subscribers sub ON sub.id = due.subscriber_id
+)
+UPDATE growth_sends s
+   SET status           = CASE WHEN v.blocked THEN 'suppressed' ELSE 'sending' END,
+       attempts         = s.attempts + CASE WHEN v.blocked THEN 0 ELSE 1 END,
+       lease_expires_at = CASE WHEN v.blocked THEN NULL
+                               ELSE now() + make_interval(secs => %(lease)s) END,
+       claimed_by       = %(worker_id)s,
+       updated_at       = now()
+  FROM verdict v
+ WHERE s.id = v.id
+RETURNING s.id, s.campaign_id, s.account_id, s.subscriber_id, s.email, s.job_id, s.status,
+          s.attempts;
+
+-- settle --
+-- Record what the transport said, for a whole batch at once. Only rows still ours are touched:
+-- a row whose lease expired and was taken over belongs to someone else now. A row that went
+-- 'unknown' while we were slow, and that we now know was accepted, becomes 'sent'.
+UPDATE growth_sends s
+   SET status = CASE
+           WHEN r.outcome = 'sent' THEN 'sent'
+           WHEN r.outcome = 'transient' AND c.status = 'cancelled' THEN 'cancelled'
+           WHEN r.outcome = 'transient' AND s.attempts < %(max_attempts)s THEN 'queued'
+           ELSE 'failed' END,
+       sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
+       provider_message_id = CASE WHEN r.outcome = 'sent' THEN r.provider_message_id
+                                  ELSE s.provider_message_id END,
+       last_error = r.error,
+       -- exponential backoff with +-10%% jitter, capped
+       next_attempt_at = CASE
+           WHEN r.outcome = 'transient' AND s.attempts < %(max_attempts)s
+           THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ (s.attempts - 1),
+                                                    %(backoff_max)s) * (0.9 + random() * 0.2)) END,
+       lease_expires_at = NULL,
+       updated_at = now()
+  FROM unnest(%(ids)s::bigint[], %(outcomes)s::text[], %(provider_ids)s::text[],
+              %(errors)s::text[]) AS r(id, outcome, provider_message_id, error),
+       growth_campaigns c
+ WHERE s.id = r.id
+   AND c.id = s.campaign_id
+   AND s.claimed_by = %(worker_id)s
+   AND (s.status = 'sending' OR (s.status = 'unknown' AND r.outcome = 'sent'))
+RETURNING s.id, s.status;
+
+-- recover_expired --
+-- Rows whose worker died (or stalled) past the lease. With an idempotent receiver the retry
+-- carries the same key and is absorbed, so the row is queued again; otherwise nobody can know
+-- whether it went out, and it becomes 'unknown' for an operator: never silently resent or dropped.
+WITH expired AS (
+    SELECT id
+      FROM growth_sends
+     WHERE status = 'sending' AND lease_expires_at < now()
+     ORDER BY lease_expires_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE growth_sends s
+   SET status = CASE WHEN %(idempotent)s AND s.attempts < %(max_attempts)s THEN 'queued'
+                     ELSE 'unknown' END,
+       lease_expires_at = NULL,
+       last_error = 'lease expired while held by ' || s.claimed_by,
+       updated_at = now()
+  FROM expired e
+ WHERE s.id = e.id
+RETURNING s.id, s.campaign_id, s.status;

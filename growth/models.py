@@ -1,0 +1,219 @@
+"""Tables of the sending engine (names as in the design write-up: ``growth_*``).
+
+Status columns are changed only by the raw-SQL managers in ``growth.managers``: every transition
+is one compare-and-set UPDATE there, never a read-then-save here.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from growth.addresses import parse_address
+from growth.managers.campaigns import CampaignManager
+from growth.managers.sends import SendManager
+from growth.managers.suppressions import SuppressionManager
+
+
+class Account(models.Model):
+    """A tenant: its subscribers, suppressions and campaigns belong to it alone."""
+
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=100, unique=True)
+    from_email = models.EmailField()
+    from_name = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        db_table = "growth_accounts"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Segment(models.Model):
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="segments")
+    name = models.CharField(max_length=200)
+
+    class Meta:
+        db_table = "growth_segments"
+        ordering = ["account", "name"]
+        constraints = [models.UniqueConstraint("account", "name", name="segment_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Subscriber(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        CONFIRMED = "confirmed"
+        UNSUBSCRIBED = "unsubscribed"
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="subscribers")
+    segment = models.ForeignKey(Segment, on_delete=models.CASCADE, related_name="subscribers")
+    email = models.CharField(max_length=320, help_text="As entered.")
+    email_lower = models.CharField(max_length=320, editable=False, help_text="The dedup key.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        db_table = "growth_subscribers"
+        ordering = ["email_lower"]
+        constraints = [
+            models.UniqueConstraint("segment", "email_lower", name="subscriber_unique_per_segment"),
+        ]
+        indexes = [
+            models.Index("account", "email_lower", "created_at", name="subscriber_account_email"),
+        ]
+
+    def __str__(self) -> str:
+        return self.email
+
+    def clean(self) -> None:
+        self.email, self.email_lower = _parsed(self.email)
+        if self.segment_id and self.account_id and self.segment.account_id != self.account_id:
+            raise ValidationError({"segment": "This segment belongs to another account."})
+
+    def save(self, *args, **kwargs) -> None:
+        self.email, self.email_lower = _parsed(self.email)
+        super().save(*args, **kwargs)
+
+
+class Suppression(models.Model):
+    """An address a tenant must never mail again. Always wins over a subscriber's status."""
+
+    class Reason(models.TextChoices):
+        UNSUBSCRIBED = "unsubscribed"
+        BOUNCED = "bounced"
+        COMPLAINED = "complained"
+        MANUAL = "manual"
+        IMPORTED = "imported"
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="suppressions")
+    email_lower = models.CharField("email", max_length=320)
+    reason = models.CharField(max_length=16, choices=Reason.choices, default=Reason.MANUAL)
+    campaign = models.ForeignKey("Campaign", null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="+")
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    objects = SuppressionManager()
+
+    class Meta:
+        db_table = "growth_suppressions"
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint("account", "email_lower", name="suppression_unique_per_account"),
+        ]
+
+    def __str__(self) -> str:
+        return self.email_lower
+
+    def save(self, *args, **kwargs) -> None:
+        self.email_lower = parse_address(self.email_lower).email_lower
+        super().save(*args, **kwargs)
+
+
+class Campaign(models.Model):
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        APPROVED = "approved"
+        SENDING = "sending"
+        PAUSED = "paused"
+        SENT = "sent"
+        CANCELLED = "cancelled"
+
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="campaigns")
+    name = models.CharField(max_length=200)
+    subject = models.CharField(max_length=998, blank=True,
+                               help_text="A Django template: {{ email }}, {{ unsubscribe_url }}…")
+    body_text = models.TextField(blank=True, help_text="A Django template (plain text).")
+    body_html = models.TextField(blank=True, help_text="Optional. A Django template (HTML).")
+    segments = models.ManyToManyField(Segment, blank=True, db_table="growth_campaigns_segments",
+                                      help_text="None selected: every segment of the account.")
+    status = models.CharField(max_length=16, choices=Status.choices, db_default=Status.DRAFT,
+                              default=Status.DRAFT, editable=False)
+    scheduled_for = models.DateTimeField(null=True, blank=True)
+    recipients_built_at = models.DateTimeField(null=True, blank=True, editable=False)
+    started_at = models.DateTimeField(null=True, blank=True, editable=False)
+    finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    updated_at = models.DateTimeField(db_default=Now(), auto_now=True, editable=False)
+
+    objects = CampaignManager()
+
+    class Meta:
+        db_table = "growth_campaigns"
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(name="campaign_status_valid", condition=Q(status__in=[
+                "draft", "approved", "sending", "paused", "sent", "cancelled"])),
+        ]
+        indexes = [
+            models.Index("scheduled_for", name="campaign_due", condition=Q(status="approved")),
+            models.Index("id", name="campaign_sending", condition=Q(status="sending")),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Send(models.Model):
+    """One recipient of one campaign: the unit the worker claims, delivers and settles."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        SENDING = "sending"
+        SENT = "sent"
+        SUPPRESSED = "suppressed"
+        FAILED = "failed"
+        UNKNOWN = "unknown"
+        CANCELLED = "cancelled"
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="sends")
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="+")
+    # PROTECT: deleting the subscriber would drop the row that says this address was mailed.
+    subscriber = models.ForeignKey(Subscriber, on_delete=models.PROTECT, related_name="sends")
+    email = models.CharField(max_length=320)
+    email_lower = models.CharField(max_length=320)
+    job_id = models.CharField(max_length=100, unique=True)
+    status = models.CharField(max_length=16, choices=Status.choices, db_default=Status.QUEUED)
+    attempts = models.PositiveIntegerField(db_default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, db_default="", blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    provider_message_id = models.CharField(max_length=255, db_default="", blank=True)
+    last_error = models.TextField(db_default="", blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    objects = SendManager()
+
+    class Meta:
+        db_table = "growth_sends"
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint("campaign", "subscriber", name="send_unique_subscriber"),
+            models.UniqueConstraint("campaign", "email_lower", name="send_unique_address"),
+            models.CheckConstraint(name="send_status_valid", condition=Q(status__in=[
+                "queued", "sending", "sent", "suppressed", "failed", "unknown", "cancelled"])),
+        ]
+        indexes = [
+            # The claim walks this in id order: only queued rows are in it, so it stays small.
+            models.Index("id", name="send_queued", condition=Q(status="queued")),
+            models.Index("lease_expires_at", name="send_leased", condition=Q(status="sending")),
+            models.Index("next_attempt_at", name="send_backoff",
+                         condition=Q(status="queued", next_attempt_at__isnull=False)),
+            models.Index("campaign", "status", name="send_campaign_status"),
+        ]
+
+    def __str__(self) -> str:
+        return self.job_id
+
+
+def _parsed(raw: str) -> tuple[str, str]:
+    address = parse_address(raw)
+    return address.email, address.email_lower

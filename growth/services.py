@@ -1,0 +1,60 @@
+"""Operator decisions about campaigns. Each one goes through a compare-and-set in the manager;
+when the CAS finds the campaign elsewhere, the error says where."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+
+from growth.models import Campaign
+from growth.rendering import check_content
+
+
+class TransitionRefused(Exception):
+    """The campaign is not in a state that allows this transition (or was moved meanwhile)."""
+
+
+def approve_campaign(*, campaign_id: int) -> None:
+    """draft -> approved. Raise ValidationError for unsendable content, TransitionRefused else."""
+    campaign = _get(campaign_id)
+    if campaign.status != Campaign.Status.DRAFT:
+        raise TransitionRefused(f"“{campaign}” is {campaign.status}, not draft.")
+    check_content(subject=campaign.subject, body_text=campaign.body_text,
+                  body_html=campaign.body_html)
+    if campaign.scheduled_for is None:
+        raise ValidationError({"scheduled_for": "Set when the campaign should go out."})
+    if not Campaign.objects.approve(campaign_id=campaign.id, version=campaign.updated_at):
+        raise TransitionRefused(_moved(campaign, "approved"))
+
+
+def pause_campaign(*, campaign_id: int) -> None:
+    if not Campaign.objects.pause(campaign_id=campaign_id):
+        raise TransitionRefused(_moved(_get(campaign_id), "paused", expected="sending"))
+
+
+def resume_campaign(*, campaign_id: int) -> None:
+    if not Campaign.objects.resume(campaign_id=campaign_id):
+        raise TransitionRefused(_moved(_get(campaign_id), "resumed", expected="paused"))
+
+
+def cancel_campaign(*, campaign_id: int) -> int:
+    """Cancel; return how many queued recipients were dropped."""
+    dropped = Campaign.objects.cancel(campaign_id=campaign_id)
+    if dropped is None:
+        raise TransitionRefused(_moved(_get(campaign_id), "cancelled"))
+    return dropped
+
+
+def _get(campaign_id: int) -> Campaign:
+    try:
+        return Campaign.objects.get(id=campaign_id)
+    except Campaign.DoesNotExist:
+        raise TransitionRefused(f"There is no campaign {campaign_id}.") from None
+
+
+def _moved(campaign: Campaign, verb: str, expected: str | None = None) -> str:
+    current = Campaign.objects.status_of(campaign_id=campaign.id)
+    if expected and current != expected:
+        return f"“{campaign}” is {current}: only a {expected} campaign can be {verb}."
+    if current in (Campaign.Status.SENT, Campaign.Status.CANCELLED):
+        return f"“{campaign}” is {current}: it cannot be {verb}."
+    return f"“{campaign}” changed while being {verb} (now {current}); try again."

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from django.conf import settings
+from django.core.mail import get_connection
+
+from growth.transports.base import BaseTransport, Delivery, Outcome
+from growth.transports.errors import classify
+
+logger = logging.getLogger(__name__)
+
+# anymail statuses that mean the provider will not deliver the message
+_ANYMAIL_REFUSED = {"rejected", "invalid", "failed"}
+
+
+class DjangoMailTransport(BaseTransport):
+    """Send through Django's configured email backend (EMAIL_URL): SMTP, console, file, or any
+    django-anymail ESP. One backend connection is kept open across batches; each message is sent
+    on its own so that each gets its own outcome."""
+
+    def __init__(self, *, backend: str | None = None, idempotent: bool | None = None,
+                 **backend_options) -> None:
+        self._backend_path = backend
+        self._backend_options = backend_options
+        self._connection = None
+        self.idempotent = settings.SENDER_IDEMPOTENT_TRANSPORT if idempotent is None else idempotent
+
+    def open(self) -> None:
+        if self._connection is None:
+            connection = get_connection(self._backend_path, fail_silently=False,
+                                        **self._backend_options)
+            connection.open()
+            self._connection = connection
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except Exception:  # a dead connection may fail to say goodbye
+                logger.debug("closing the mail connection failed", exc_info=True)
+
+    def send_bulk(self, deliveries: Sequence[Delivery]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for position, delivery in enumerate(deliveries):
+            try:
+                self.open()
+            except Exception as exc:
+                # Nobody to talk to: the rest of the batch waits for the next attempt.
+                verdict = classify(exc)
+                outcomes += [Outcome(d.send_id, Outcome.TRANSIENT, error=verdict.error)
+                             for d in deliveries[position:]]
+                break
+            outcomes.append(self._send_one(delivery))
+        return outcomes
+
+    def _send_one(self, delivery: Delivery) -> Outcome:
+        message = delivery.message
+        try:
+            accepted = self._connection.send_messages([message])
+        except Exception as exc:
+            verdict = classify(exc)
+            if verdict.reconnect:
+                self.close()
+            return Outcome(delivery.send_id, verdict.kind, error=verdict.error)
+        status = getattr(message, "anymail_status", None)
+        if status is not None and status.status and status.status <= _ANYMAIL_REFUSED:
+            return Outcome(delivery.send_id, Outcome.PERMANENT,
+                           error=f"provider refused: {', '.join(sorted(status.status))}")
+        if not accepted:
+            return Outcome(delivery.send_id, Outcome.TRANSIENT, error="the backend sent nothing")
+        provider_id = (status.message_id if status is not None and status.message_id
+                       else message.extra_headers["Message-ID"])
+        return Outcome(delivery.send_id, Outcome.SENT, provider_message_id=str(provider_id))

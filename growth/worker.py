@@ -1,0 +1,217 @@
+"""The sender: one loop that any number of replicas, on any number of hosts, run at once.
+
+Each cycle: start due campaigns -> build their recipient lists -> recover expired leases -> claim
+a batch -> deliver it -> settle the outcomes -> finish campaigns with nothing left. The claim is
+committed before the network call and the settle after it, so a crash anywhere leaves rows that
+lease expiry recovers.
+
+Exactly-once is at-least-once plus an idempotent receiver. A crash after a message went out but
+before its row was settled leaves the row 'sending' until its lease expires; then, if the
+transport's receiver de-duplicates on our Idempotency-Key, the row is retried with the same key
+and the duplicate is absorbed there; if it does not, the row becomes 'unknown' for an operator
+rather than being resent (a possible duplicate) or dropped (a possible loss).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
+
+from growth.managers.sends import Claimed
+from growth.models import Campaign, Send
+from growth.rendering import CampaignContent, CampaignRenderer
+from growth.transports import BaseTransport, Delivery, Outcome, get_transport
+from growth.unsubscribe import LinkMaker
+
+logger = logging.getLogger(__name__)
+
+BUSY_POLL = 1.0  # seconds between looks while other workers hold the remaining rows
+MIN_WAIT = 0.05  # seconds: never spin
+DB_RETRY_FIRST = 0.5  # seconds before the first reconnection attempt; doubles each time
+DB_RETRY_MAX = 30.0  # seconds
+RENDERERS_KEPT = 32  # campaigns whose compiled templates a worker keeps
+
+T = TypeVar("T")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    claimed: int
+    counts: Counter  # new status -> rows
+
+
+class Worker:
+    def __init__(self, *, worker_id: str | None = None, batch_size: int = 20,
+                 tick: float = 60.0, lease: float | None = None,
+                 transport: BaseTransport | None = None, until_idle: bool = False,
+                 once: bool = False, max_attempts: int | None = None) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.worker_id = worker_id or default_worker_id()
+        self.batch_size = batch_size
+        self.tick = tick  # seconds to sleep when there is nothing to do
+        self.lease = settings.SENDER_LEASE if lease is None else lease  # seconds
+        self.transport = transport or get_transport()
+        self.idempotent = (settings.SENDER_IDEMPOTENT_TRANSPORT
+                           if self.transport.idempotent is None else self.transport.idempotent)
+        self.until_idle = until_idle
+        self.once = once
+        self.max_attempts = max_attempts or settings.SENDER_MAX_ATTEMPTS
+        self._stop = threading.Event()
+        self._renderers: dict[int, CampaignRenderer] = {}
+        self._links: LinkMaker | None = None
+
+    def stop(self) -> None:
+        """Ask the loop to exit after the batch in hand (safe from a signal handler)."""
+        self._stop.set()
+
+    def run(self) -> None:
+        logger.info("worker %s started (batch %d, lease %.0fs, %s transport)", self.worker_id,
+                    self.batch_size, self.lease, "idempotent" if self.idempotent else "plain")
+        try:
+            with self.transport:
+                self._loop()
+        finally:
+            connection.close()
+            logger.info("worker %s stopped", self.worker_id)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            claimed = self._retrying_db(self.cycle)
+            if self.once or self._stop.is_set():
+                return
+            if claimed == self.batch_size:
+                continue  # more is likely waiting: no sleep
+            outlook = self._retrying_db(Campaign.objects.outlook)
+            if self.until_idle and not outlook.busy:
+                return
+            self._stop.wait(self._idle_wait(outlook.busy, outlook.next_in))
+
+    def cycle(self) -> int:
+        """Run one pass of the engine; return how many rows it claimed."""
+        for campaign_id in Campaign.objects.start_due():
+            logger.info("campaign %s started", campaign_id)
+        for campaign_id in Send.objects.unbuilt_campaigns():
+            created = Send.objects.build_recipients(campaign_id=campaign_id)
+            if created is not None:
+                logger.info("campaign %s: %d recipients built", campaign_id, created)
+        self._recover()
+        batch = Send.objects.claim(worker_id=self.worker_id, batch_size=self.batch_size,
+                                   lease=self.lease)
+        if batch:
+            self._process(batch)
+        for campaign_id in Campaign.objects.finish():
+            logger.info("campaign %s finished", campaign_id)
+        return len(batch)
+
+    def _process(self, batch: Sequence[Claimed]) -> None:
+        started = time.monotonic()
+        by_campaign: dict[int, list[Claimed]] = {}
+        for row in batch:
+            by_campaign.setdefault(row.campaign_id, []).append(row)
+        for campaign_id, rows in by_campaign.items():
+            to_send = [row for row in rows if row.status == Send.Status.SENDING]
+            outcomes = self._deliver(campaign_id, to_send) if to_send else []
+            settled = self._settle(outcomes)
+            counts = Counter(settled.values())
+            counts[Send.Status.SUPPRESSED] += len(rows) - len(to_send)
+            elapsed = max(time.monotonic() - started, 1e-6)
+            logger.info(
+                "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, "
+                "lost lease %d (%.0f/s)",
+                campaign_id, len(rows), counts["sent"], counts["queued"], counts["failed"],
+                counts["suppressed"], len(to_send) - len(settled), len(rows) / elapsed,
+                extra={"campaign_id": campaign_id, "worker_id": self.worker_id},
+            )
+
+    def _deliver(self, campaign_id: int, rows: Sequence[Claimed]) -> list[Outcome]:
+        renderer = self._renderer(campaign_id)
+        deliveries: list[Delivery] = []
+        unrenderable: list[Outcome] = []
+        for row in rows:
+            try:
+                message = renderer.render(job_id=row.job_id, email=row.email,
+                                          subscriber_id=row.subscriber_id)
+            except Exception as exc:  # a template or header problem: this row can never be sent
+                unrenderable.append(Outcome(row.id, Outcome.PERMANENT,
+                                            error=f"cannot render: {type(exc).__name__}: {exc}"))
+                continue
+            deliveries.append(Delivery(row.id, row.job_id, message))
+        return unrenderable + self.transport.send_bulk(deliveries)
+
+    def _settle(self, outcomes: Sequence[Outcome]) -> dict[int, str]:
+        """Record outcomes; retried through a database outage for as long as the lease lasts."""
+        if not outcomes:
+            return {}
+        give_up_at = time.monotonic() + self.lease
+        return self._retrying_db(lambda: Send.objects.settle(
+            outcomes, worker_id=self.worker_id, max_attempts=self.max_attempts,
+            backoff_base=settings.SENDER_BACKOFF_BASE, backoff_max=settings.SENDER_BACKOFF_MAX,
+        ), deadline=give_up_at, default={})
+
+    def _recover(self) -> None:
+        recovered = Send.objects.recover_expired(idempotent=self.idempotent,
+                                                 max_attempts=self.max_attempts)
+        if recovered:
+            counts = Counter(status for _, _, status in recovered)
+            logger.warning("recovered %d rows with expired leases: %s", len(recovered),
+                           dict(counts), extra={"worker_id": self.worker_id})
+
+    def _renderer(self, campaign_id: int) -> CampaignRenderer:
+        renderer = self._renderers.get(campaign_id)
+        if renderer is None:
+            if len(self._renderers) >= RENDERERS_KEPT:
+                self._renderers.clear()
+            campaign = Campaign.objects.select_related("account").get(id=campaign_id)
+            self._links = self._links or LinkMaker()
+            renderer = CampaignRenderer(CampaignContent.of(campaign), links=self._links)
+            self._renderers[campaign_id] = renderer
+        return renderer
+
+    def _idle_wait(self, busy: bool, next_in: float | None) -> float:
+        wait = self.tick if next_in is None else min(self.tick, next_in)
+        if busy:
+            wait = min(wait, BUSY_POLL)
+        return max(wait, MIN_WAIT)
+
+    def _retrying_db(self, call: Callable[[], T], *, deadline: float | None = None,
+                     default: T | None = None) -> T:
+        """Run ``call``; on a lost database connection reconnect with backoff and run it again.
+
+        Gives up (returning ``default``) only at ``deadline`` or when asked to stop while the
+        database is away; nothing is lost then either, since unsettled rows keep their lease.
+        """
+        delay = DB_RETRY_FIRST
+        while True:
+            try:
+                return call()
+            except (OperationalError, InterfaceError) as exc:
+                logger.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
+                _discard_connection()
+                if deadline is not None and time.monotonic() + delay > deadline:
+                    logger.error("giving up: the lease will return these rows")
+                    return default
+                if self._stop.wait(delay) and deadline is None:
+                    return default
+                delay = min(delay * 2, DB_RETRY_MAX)
+
+
+def _discard_connection() -> None:
+    try:
+        connection.close()
+    except Exception:  # already broken: Django will open a new one on next use
+        connection.connection = None

