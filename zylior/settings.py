@@ -77,6 +77,8 @@ DATABASES = {"default": env.db_url_config(_database_url())}
 # A Unix socket directory arrives percent-encoded in the URL's host part.
 DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"] or "")
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Lets two test runs share one server (e.g. the embedded one) without sharing a test database.
+DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default=None)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))

@@ -1,0 +1,73 @@
+"""A real SMTP server on loopback (aiosmtpd) that records what it accepts."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from email import message_from_bytes
+from email.message import Message
+
+from aiosmtpd.controller import Controller
+
+
+@dataclass
+class Accepted:
+    recipient: str
+    idempotency_key: str
+    message_id: str
+    message: Message
+
+
+@dataclass
+class RecordingHandler:
+    """Accepts every message except those the test scripted to fail.
+
+    ``replies`` maps a recipient address to a list of SMTP replies to give on its next DATA
+    commands, e.g. ["451 try later"] or ["550 no such user"]; once used up, it accepts.
+    """
+
+    accepted: list[Accepted] = field(default_factory=list)
+    replies: dict[str, list[str]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def handle_DATA(self, server, session, envelope):
+        message = message_from_bytes(envelope.original_content)
+        with self.lock:
+            for rcpt in envelope.rcpt_tos:
+                scripted = self.replies.get(rcpt.lower())
+                if scripted:
+                    return scripted.pop(0)
+            for rcpt in envelope.rcpt_tos:
+                self.accepted.append(Accepted(rcpt, message["Idempotency-Key"],
+                                              message["Message-ID"], message))
+        return "250 OK"
+
+    def keys(self) -> Counter:
+        with self.lock:
+            return Counter(a.idempotency_key for a in self.accepted)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class SMTPServer:
+    def __init__(self) -> None:
+        self.handler = RecordingHandler()
+        self.port = free_port()
+        self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port)
+
+    @property
+    def url(self) -> str:
+        return f"smtp://127.0.0.1:{self.port}"
+
+    def start(self) -> SMTPServer:
+        self.controller.start()
+        return self
+
+    def stop(self) -> None:
+        self.controller.stop()
