@@ -83,9 +83,9 @@ class Worker:
         logger.info("worker %s started (batch %d, lease %.0fs, %s transport)", self.worker_id,
                     self.batch_size, self.lease, "idempotent" if self.idempotent else "plain")
         try:
-            with self.transport:
-                self._loop()
+            self._loop()  # the transport connects on first use: a mail server down now is transient
         finally:
+            self.transport.close()
             connection.close()
             logger.info("worker %s stopped", self.worker_id)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections import Counter
@@ -29,12 +30,17 @@ class RecordingHandler:
     """
 
     accepted: list[Accepted] = field(default_factory=list)
+    attempts: list[str] = field(default_factory=list)  # Message-ID of every DATA received
     replies: dict[str, list[str]] = field(default_factory=dict)
+    delay: float = 0.0  # seconds to think before answering DATA
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def handle_DATA(self, server, session, envelope):
         message = message_from_bytes(envelope.original_content)
+        if self.delay:
+            await asyncio.sleep(self.delay)
         with self.lock:
+            self.attempts.append(message["Message-ID"])
             for rcpt in envelope.rcpt_tos:
                 scripted = self.replies.get(rcpt.lower())
                 if scripted:
@@ -66,6 +72,7 @@ class SMTPServer:
         return f"smtp://127.0.0.1:{self.port}"
 
     def start(self) -> SMTPServer:
+        self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port)
         self.controller.start()
         return self
 

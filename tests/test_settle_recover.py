@@ -1,0 +1,125 @@
+"""Settling what the transport said, and recovering rows whose worker died."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from growth.models import Send
+from growth.transports import Outcome
+from tests.factories import sending_campaign, statuses
+
+POLICY = {"max_attempts": 3, "backoff_base": 30.0, "backoff_max": 3600.0}
+
+
+def settle(outcomes, worker_id="w"):
+    return Send.objects.settle(outcomes, worker_id=worker_id, **POLICY)
+
+
+def expire_leases():
+    Send.objects.filter(status="sending").update(
+        lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+
+
+@pytest.mark.django_db
+def test_a_whole_batch_settles_in_one_statement():
+    campaign = sending_campaign(count=3)
+    a, b, c = Send.objects.claim(worker_id="w", batch_size=3, lease=60)
+    with CaptureQueriesContext(connection) as queries:
+        result = settle([Outcome(a.id, Outcome.SENT, provider_message_id="<m1@x>"),
+                         Outcome(b.id, Outcome.TRANSIENT, error="451 later"),
+                         Outcome(c.id, Outcome.PERMANENT, error="550 no such user")])
+    assert len(queries) == 1
+    assert result == {a.id: "sent", b.id: "queued", c.id: "failed"}
+    sent, retry, failed = Send.objects.filter(campaign=campaign).order_by("id")
+    assert sent.sent_at and sent.provider_message_id == "<m1@x>" and sent.lease_expires_at is None
+    assert retry.next_attempt_at > timezone.now() + timezone.timedelta(seconds=20)
+    assert retry.last_error == "451 later" and retry.job_id == b.job_id
+    assert failed.last_error == "550 no such user" and failed.sent_at is None
+
+
+@pytest.mark.django_db
+def test_transient_failures_back_off_exponentially_then_fail():
+    sending_campaign(count=1)
+    delays = []
+    for attempt in range(1, POLICY["max_attempts"] + 1):
+        Send.objects.update(next_attempt_at=None)
+        (row,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60)
+        assert row.attempts == attempt
+        settle([Outcome(row.id, Outcome.TRANSIENT, error="421 busy")])
+        stored = Send.objects.get()
+        if stored.next_attempt_at:
+            delays.append((stored.next_attempt_at - stored.updated_at).total_seconds())
+    assert Send.objects.get().status == "failed"
+    assert len(delays) == 2
+    assert 27 <= delays[0] <= 33 and 54 <= delays[1] <= 66
+
+
+@pytest.mark.django_db
+def test_settle_leaves_rows_that_are_no_longer_ours_alone():
+    sending_campaign(count=1)
+    (row,) = Send.objects.claim(worker_id="slow", batch_size=1, lease=60)
+    expire_leases()
+    Send.objects.recover_expired(idempotent=True, max_attempts=5)
+    (again,) = Send.objects.claim(worker_id="fast", batch_size=1, lease=60)
+    assert again.job_id == row.job_id
+    assert settle([Outcome(row.id, Outcome.PERMANENT, error="late")], worker_id="slow") == {}
+    assert settle([Outcome(row.id, Outcome.SENT)], worker_id="fast") == {row.id: "sent"}
+
+
+@pytest.mark.django_db
+def test_expired_lease_with_an_idempotent_receiver_is_queued_again_with_the_same_key():
+    campaign = sending_campaign(count=2)
+    claimed = Send.objects.claim(worker_id="dead", batch_size=2, lease=60)
+    assert Send.objects.recover_expired(idempotent=True, max_attempts=5) == []  # not expired yet
+    expire_leases()
+    recovered = Send.objects.recover_expired(idempotent=True, max_attempts=5)
+    assert sorted(status for _, _, status in recovered) == ["queued", "queued"]
+    assert statuses(campaign) == {"queued": 2}
+    again = Send.objects.claim(worker_id="alive", batch_size=2, lease=60)
+    assert [r.job_id for r in again] == [r.job_id for r in claimed]
+    assert [r.attempts for r in again] == [2, 2]
+
+
+@pytest.mark.django_db
+def test_expired_lease_with_a_plain_receiver_becomes_unknown_not_resent():
+    campaign = sending_campaign(count=2)
+    Send.objects.claim(worker_id="dead", batch_size=2, lease=60)
+    expire_leases()
+    Send.objects.recover_expired(idempotent=False, max_attempts=5)
+    assert statuses(campaign) == {"unknown": 2}
+    assert "lease expired while held by dead" in Send.objects.first().last_error
+    assert Send.objects.claim(worker_id="alive", batch_size=2, lease=60) == []
+
+
+@pytest.mark.django_db
+def test_an_idempotent_retry_that_keeps_dying_ends_unknown():
+    sending_campaign(count=1)
+    for _ in range(3):
+        Send.objects.claim(worker_id="dying", batch_size=1, lease=60)
+        expire_leases()
+        Send.objects.recover_expired(idempotent=True, max_attempts=3)
+    assert Send.objects.get().status == "unknown"
+
+
+@pytest.mark.django_db
+def test_a_late_success_turns_our_unknown_row_into_sent():
+    sending_campaign(count=1)
+    (row,) = Send.objects.claim(worker_id="slow", batch_size=1, lease=60)
+    expire_leases()
+    Send.objects.recover_expired(idempotent=False, max_attempts=5)
+    assert settle([Outcome(row.id, Outcome.SENT, provider_message_id="p")],
+                  worker_id="slow") == {row.id: "sent"}
+
+
+@pytest.mark.django_db
+def test_a_transient_failure_in_a_cancelled_campaign_is_not_queued_again():
+    campaign = sending_campaign(count=1)
+    (row,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60)
+    from growth.services import cancel_campaign
+
+    cancel_campaign(campaign_id=campaign.id)
+    settle([Outcome(row.id, Outcome.TRANSIENT, error="451")])
+    assert statuses(campaign) == {"cancelled": 1}
