@@ -40,7 +40,8 @@ def classify(exc: BaseException) -> Verdict:
                   | smtplib.SMTPHeloError | smtplib.SMTPNotSupportedError):
         return Verdict(Outcome.TRANSIENT, error, reconnect=True)
     if isinstance(exc, smtplib.SMTPResponseException):
-        return Verdict(_by_code(exc.smtp_code), error)
+        # 421: the server is closing the connection (smtplib has already closed its side)
+        return Verdict(_by_code(exc.smtp_code), error, reconnect=exc.smtp_code == 421)
     if isinstance(exc, BadHeaderError | UnicodeError | ValueError):
         return Verdict(Outcome.PERMANENT, error)
     if isinstance(exc, OSError):  # refused, reset, timed out

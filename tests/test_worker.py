@@ -1,0 +1,165 @@
+"""The worker loop, in process, against a real SMTP server on loopback."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from growth.models import Campaign, Send, Suppression
+from growth.transports.django_mail import DjangoMailTransport
+from growth.worker import Worker
+from tests.factories import approved_campaign, statuses
+from tests.smtp import free_port
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(settings):
+    settings.SENDER_BACKOFF_BASE = 0.05  # seconds
+    settings.SENDER_BACKOFF_MAX = 0.2
+
+
+def run_worker(**options) -> Worker:
+    options = {"batch_size": 7, "tick": 0.05, "lease": 30, "until_idle": True, **options}
+    worker = Worker(**options)
+    worker.run()
+    return worker
+
+
+def test_a_campaign_runs_to_completion_each_recipient_once(smtp_settings):
+    campaign = approved_campaign(count=60)
+    run_worker()
+    campaign.refresh_from_db()
+    assert campaign.status == "sent"
+    assert statuses(campaign) == {"sent": 60}
+    keys = smtp_settings.handler.keys()
+    assert len(keys) == 60 and set(keys.values()) == {1}
+    assert set(keys) == set(Send.objects.values_list("job_id", flat=True))
+
+
+def test_once_runs_a_single_cycle(smtp_settings):
+    campaign = approved_campaign(count=10)
+    run_worker(once=True, until_idle=False)
+    assert statuses(campaign) == {"sent": 7, "queued": 3}
+
+
+def test_a_4xx_is_retried_later_with_the_same_message_id(smtp_settings):
+    campaign = approved_campaign(count=3)
+    smtp_settings.handler.replies = {"person1@example.com": ["451 busy", "421 still busy"]}
+    run_worker()
+    assert statuses(campaign) == {"sent": 3}
+    row = Send.objects.get(email_lower="person1@example.com")
+    assert row.attempts == 3
+    tries = [mid for mid in smtp_settings.handler.attempts if ".%d@" % row.subscriber_id in mid]
+    assert len(tries) == 3 and len(set(tries)) == 1
+
+
+def test_a_5xx_fails_the_row_with_the_error_and_the_campaign_still_finishes(smtp_settings):
+    campaign = approved_campaign(count=3)
+    smtp_settings.handler.replies = {"person2@example.com": ["550 5.1.1 mailbox unknown"]}
+    run_worker()
+    assert statuses(campaign) == {"sent": 2, "failed": 1}
+    failed = Send.objects.get(status="failed")
+    assert failed.email_lower == "person2@example.com" and "550" in failed.last_error
+    campaign.refresh_from_db()
+    assert campaign.status == "sent"
+
+
+def test_a_mail_server_down_at_start_is_waited_for(smtp_settings, settings):
+    campaign = approved_campaign(count=5)
+    smtp_settings.stop()
+    threading.Timer(0.5, smtp_settings.start).start()
+    settings.SENDER_MAX_ATTEMPTS = 50
+    run_worker()
+    assert statuses(campaign) == {"sent": 5}
+    assert len(smtp_settings.handler.keys()) == 5
+
+
+def test_an_opt_out_during_the_send_is_honoured(smtp_settings):
+    campaign = approved_campaign(count=30)
+    late = "person25@example.com"
+
+    class OptOutAfterFirstBatch(DjangoMailTransport):
+        def send_bulk(self, deliveries):
+            if not Suppression.objects.exists():
+                Suppression.objects.suppress(account_id=campaign.account_id, email_lower=late,
+                                             reason="unsubscribed")
+            return super().send_bulk(deliveries)
+
+    run_worker(transport=OptOutAfterFirstBatch())
+    assert Send.objects.get(email_lower=late).status == "suppressed"
+    assert statuses(campaign) == {"sent": 29, "suppressed": 1}
+    assert all(a.recipient != late for a in smtp_settings.handler.accepted)
+
+
+def test_a_paused_campaign_waits_and_resumes(smtp_settings):
+    campaign = approved_campaign(count=20)
+
+    class PauseOnce(DjangoMailTransport):
+        paused = False
+
+        def send_bulk(self, deliveries):
+            if not self.paused:
+                self.paused = Campaign.objects.pause(campaign_id=campaign.id)
+            return super().send_bulk(deliveries)
+
+    run_worker(transport=PauseOnce())  # until-idle: a paused campaign is not work
+    assert statuses(campaign) == {"sent": 7, "queued": 13}
+    Campaign.objects.resume(campaign_id=campaign.id)
+    run_worker()
+    assert statuses(campaign) == {"sent": 20}
+    assert len(smtp_settings.handler.keys()) == 20
+
+
+def test_a_lost_database_connection_is_survived_without_losing_a_settle(smtp_settings):
+    campaign = approved_campaign(count=21)
+
+    class KillMyConnection(DjangoMailTransport):
+        kills = 0
+
+        def send_bulk(self, deliveries):
+            outcomes = super().send_bulk(deliveries)
+            if self.kills < 2:  # the database connection dies between send and settle
+                self.kills += 1
+                pid = connection.connection.info.backend_pid
+                killer = threading.Thread(target=_terminate, args=(pid,))
+                killer.start()
+                killer.join()
+            return outcomes
+
+    run_worker(transport=KillMyConnection())
+    assert statuses(campaign) == {"sent": 21}
+    assert set(smtp_settings.handler.keys().values()) == {1}
+
+
+def _terminate(pid: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    connections.close_all()
+
+
+def test_until_idle_waits_for_a_backoff_but_not_for_a_future_campaign(smtp_settings):
+    later = approved_campaign(count=2, scheduled_for=timezone.now() + timezone.timedelta(hours=1))
+    now = approved_campaign(count=2)
+    smtp_settings.handler.replies = {"person0@example.com": ["451 later"] * 2}
+    run_worker()
+    assert statuses(now) == {"sent": 2}
+    later.refresh_from_db()
+    assert later.status == "approved"
+
+
+def test_stop_ends_the_loop_after_the_batch_in_hand(smtp_settings):
+    campaign = approved_campaign(count=50)
+
+    class StopAfterFirstBatch(DjangoMailTransport):
+        def send_bulk(self, deliveries):
+            worker.stop()
+            return super().send_bulk(deliveries)
+
+    worker = Worker(batch_size=7, tick=0.05, lease=30, transport=StopAfterFirstBatch())
+    worker.run()
+    assert statuses(campaign) == {"sent": 7, "queued": 43}
