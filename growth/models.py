@@ -182,6 +182,9 @@ class Send(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, db_default=Status.QUEUED)
     attempts = models.PositiveIntegerField(db_default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Set, in its own commit, just before this attempt's message is handed to the transport:
+    # a row whose lease expired without it was never sent and can safely be queued again.
+    handed_over_at = models.DateTimeField(null=True, blank=True)
     claimed_by = models.CharField(max_length=200, db_default="", blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     provider_message_id = models.CharField(max_length=255, db_default="", blank=True)

@@ -21,7 +21,8 @@ from django.template import Context, Engine, TemplateSyntaxError
 
 from growth.unsubscribe import LinkMaker
 
-# Subjects and text bodies are not HTML: escaping them would mangle "O'Brien".
+# Subjects and text bodies are not HTML: escaping them would mangle "O'Brien". (Autoescaping
+# is decided by the Context a template is rendered with, so each kind gets its own.)
 _TEXT = Engine(autoescape=False)
 _HTML = Engine(autoescape=True)
 _MENTIONS_UNSUBSCRIBE = re.compile(r"{{\s*unsubscribe_url\s*}}")
@@ -89,7 +90,8 @@ class CampaignRenderer:
         unsubscribe_url = self._links.url(account_id=self.content.account_id,
                                           subscriber_id=subscriber_id,
                                           campaign_id=self.content.id)
-        context = Context({"email": email, "unsubscribe_url": unsubscribe_url})
+        values = {"email": email, "unsubscribe_url": unsubscribe_url}
+        context = Context(values, autoescape=False)
         subject = self._subject.render(context).strip()
         if "\n" in subject or "\r" in subject:
             raise ValueError("the rendered subject has a line break")
@@ -106,7 +108,7 @@ class CampaignRenderer:
             },
         )
         if self._html is not None:
-            message.attach_alternative(self._html.render(context), "text/html")
+            message.attach_alternative(self._html.render(Context(values)), "text/html")
         return message
 
 

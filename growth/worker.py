@@ -71,6 +71,9 @@ class Worker:
         self.until_idle = until_idle
         self.once = once
         self.max_attempts = max_attempts or settings.SENDER_MAX_ATTEMPTS
+        # An idempotent receiver absorbs a resend, so one hand-over per batch is enough; with a
+        # plain one, small chunks keep the rows left 'unknown' by a kill to those on the wire.
+        self.chunk_size = batch_size if self.idempotent else settings.SENDER_HANDOFF_CHUNK
         self._stop = threading.Event()
         self._renderers: dict[int, CampaignRenderer] = {}
         self._links: LinkMaker | None = None
@@ -125,20 +128,39 @@ class Worker:
             by_campaign.setdefault(row.campaign_id, []).append(row)
         for campaign_id, rows in by_campaign.items():
             to_send = [row for row in rows if row.status == Send.Status.SENDING]
-            outcomes = self._deliver(campaign_id, to_send) if to_send else []
-            settled = self._settle(outcomes)
+            settled = self._deliver(campaign_id, to_send) if to_send else {}
             counts = Counter(settled.values())
-            counts[Send.Status.SUPPRESSED] += len(rows) - len(to_send)
             elapsed = max(time.monotonic() - started, 1e-6)
             logger.info(
                 "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, "
-                "lost lease %d (%.0f/s)",
+                "left to lease expiry %d (%.0f/s)",
                 campaign_id, len(rows), counts["sent"], counts["queued"], counts["failed"],
-                counts["suppressed"], len(to_send) - len(settled), len(rows) / elapsed,
+                len(rows) - len(to_send), len(to_send) - len(settled), len(rows) / elapsed,
                 extra={"campaign_id": campaign_id, "worker_id": self.worker_id},
             )
 
-    def _deliver(self, campaign_id: int, rows: Sequence[Claimed]) -> list[Outcome]:
+    def _deliver(self, campaign_id: int, rows: Sequence[Claimed]) -> dict[int, str]:
+        """Render, hand over, send and settle, chunk by chunk; return {send id: new status}.
+
+        Each chunk is marked handed over (committed) before the transport sees it and settled
+        right after, so a kill leaves in doubt only the chunk that was on the wire.
+        """
+        deliveries, unrenderable = self._render(campaign_id, rows)
+        settled = self._settle(unrenderable)
+        for start in range(0, len(deliveries), self.chunk_size):
+            chunk = deliveries[start:start + self.chunk_size]
+            ours = self._retrying_db(
+                lambda chunk=chunk: Send.objects.hand_over([d.send_id for d in chunk],
+                                                           worker_id=self.worker_id),
+                deadline=time.monotonic() + self.lease, default=None)
+            if ours is None:
+                break  # database gone for a whole lease: these rows were never sent; recovery requeues them
+            settled |= self._settle(self.transport.send_bulk(
+                [d for d in chunk if d.send_id in ours]))
+        return settled
+
+    def _render(self, campaign_id: int,
+                rows: Sequence[Claimed]) -> tuple[list[Delivery], list[Outcome]]:
         renderer = self._renderer(campaign_id)
         deliveries: list[Delivery] = []
         unrenderable: list[Outcome] = []
@@ -151,7 +173,7 @@ class Worker:
                                             error=f"cannot render: {type(exc).__name__}: {exc}"))
                 continue
             deliveries.append(Delivery(row.id, row.job_id, message))
-        return unrenderable + self.transport.send_bulk(deliveries)
+        return deliveries, unrenderable
 
     def _settle(self, outcomes: Sequence[Outcome]) -> dict[int, str]:
         """Record outcomes; retried through a database outage for as long as the lease lasts."""

@@ -18,6 +18,12 @@ def settle(outcomes, worker_id="w"):
     return Send.objects.settle(outcomes, worker_id=worker_id, **POLICY)
 
 
+def claim_and_hand_over(worker_id="w", batch_size=1):
+    claimed = Send.objects.claim(worker_id=worker_id, batch_size=batch_size, lease=60)
+    Send.objects.hand_over([row.id for row in claimed], worker_id=worker_id)
+    return claimed
+
+
 def expire_leases():
     Send.objects.filter(status="sending").update(
         lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
@@ -60,11 +66,12 @@ def test_transient_failures_back_off_exponentially_then_fail():
 @pytest.mark.django_db
 def test_settle_leaves_rows_that_are_no_longer_ours_alone():
     sending_campaign(count=1)
-    (row,) = Send.objects.claim(worker_id="slow", batch_size=1, lease=60)
+    (row,) = claim_and_hand_over(worker_id="slow")
     expire_leases()
     Send.objects.recover_expired(idempotent=True, max_attempts=5)
     (again,) = Send.objects.claim(worker_id="fast", batch_size=1, lease=60)
     assert again.job_id == row.job_id
+    assert Send.objects.hand_over([row.id], worker_id="slow") == set()  # slow must not send it
     assert settle([Outcome(row.id, Outcome.PERMANENT, error="late")], worker_id="slow") == {}
     assert settle([Outcome(row.id, Outcome.SENT)], worker_id="fast") == {row.id: "sent"}
 
@@ -72,7 +79,7 @@ def test_settle_leaves_rows_that_are_no_longer_ours_alone():
 @pytest.mark.django_db
 def test_expired_lease_with_an_idempotent_receiver_is_queued_again_with_the_same_key():
     campaign = sending_campaign(count=2)
-    claimed = Send.objects.claim(worker_id="dead", batch_size=2, lease=60)
+    claimed = claim_and_hand_over(worker_id="dead", batch_size=2)
     assert Send.objects.recover_expired(idempotent=True, max_attempts=5) == []  # not expired yet
     expire_leases()
     recovered = Send.objects.recover_expired(idempotent=True, max_attempts=5)
@@ -86,7 +93,7 @@ def test_expired_lease_with_an_idempotent_receiver_is_queued_again_with_the_same
 @pytest.mark.django_db
 def test_expired_lease_with_a_plain_receiver_becomes_unknown_not_resent():
     campaign = sending_campaign(count=2)
-    Send.objects.claim(worker_id="dead", batch_size=2, lease=60)
+    claim_and_hand_over(worker_id="dead", batch_size=2)
     expire_leases()
     Send.objects.recover_expired(idempotent=False, max_attempts=5)
     assert statuses(campaign) == {"unknown": 2}
@@ -95,10 +102,35 @@ def test_expired_lease_with_a_plain_receiver_becomes_unknown_not_resent():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_an_expired_row_never_handed_over_is_queued_again_in_any_mode(idempotent):
+    campaign = sending_campaign(count=3)
+    claimed = Send.objects.claim(worker_id="dead", batch_size=3, lease=60)
+    Send.objects.hand_over([claimed[0].id], worker_id="dead")  # died before the other two
+    expire_leases()
+    Send.objects.recover_expired(idempotent=idempotent, max_attempts=5)
+    expected = {"queued": 3} if idempotent else {"unknown": 1, "queued": 2}
+    assert statuses(campaign) == expected
+    never_sent = Send.objects.filter(id__in=[claimed[1].id, claimed[2].id])
+    assert [row.attempts for row in never_sent] == [0, 0]  # that attempt never happened
+
+
+@pytest.mark.django_db
+def test_a_new_claim_clears_the_previous_hand_over():
+    sending_campaign(count=1)
+    claim_and_hand_over(worker_id="dead")
+    expire_leases()
+    Send.objects.recover_expired(idempotent=True, max_attempts=5)
+    Send.objects.update(next_attempt_at=None)
+    Send.objects.claim(worker_id="next", batch_size=1, lease=60)
+    assert Send.objects.get().handed_over_at is None
+
+
+@pytest.mark.django_db
 def test_an_idempotent_retry_that_keeps_dying_ends_unknown():
     sending_campaign(count=1)
     for _ in range(3):
-        Send.objects.claim(worker_id="dying", batch_size=1, lease=60)
+        claim_and_hand_over(worker_id="dying")
         expire_leases()
         Send.objects.recover_expired(idempotent=True, max_attempts=3)
     assert Send.objects.get().status == "unknown"
@@ -107,7 +139,7 @@ def test_an_idempotent_retry_that_keeps_dying_ends_unknown():
 @pytest.mark.django_db
 def test_a_late_success_turns_our_unknown_row_into_sent():
     sending_campaign(count=1)
-    (row,) = Send.objects.claim(worker_id="slow", batch_size=1, lease=60)
+    (row,) = claim_and_hand_over(worker_id="slow")
     expire_leases()
     Send.objects.recover_expired(idempotent=False, max_attempts=5)
     assert settle([Outcome(row.id, Outcome.SENT, provider_message_id="p")],

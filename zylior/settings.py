@@ -96,6 +96,7 @@ SENDER_MAX_ATTEMPTS = env.int("SENDER_MAX_ATTEMPTS", default=5)
 SENDER_BACKOFF_BASE = env.float("SENDER_BACKOFF_BASE", default=30.0)  # seconds; doubles per attempt
 SENDER_BACKOFF_MAX = env.float("SENDER_BACKOFF_MAX", default=3600.0)  # seconds
 SENDER_LEASE = env.float("SENDER_LEASE", default=300.0)  # seconds a claimed row is ours
+SENDER_HANDOFF_CHUNK = env.int("SENDER_HANDOFF_CHUNK", default=5)  # messages per hand-over (plain)
 MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN", default=urlsplit(SITE_URL).hostname or "localhost")
 
 LANGUAGE_CODE = "en-us"

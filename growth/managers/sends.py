@@ -56,6 +56,11 @@ class SendManager(models.Manager):
                             {"worker_id": worker_id, "batch_size": batch_size, "lease": lease})
         return sorted((Claimed(*row) for row in rows), key=lambda c: c.id)
 
+    def hand_over(self, send_ids: Sequence[int], *, worker_id: str) -> set[int]:
+        """Mark rows as going on the wire now; return the ids still ours (only those may go)."""
+        return {row[0] for row in fetchall(QUERIES["hand_over"],
+                                           {"ids": list(send_ids), "worker_id": worker_id})}
+
     def settle(self, outcomes: Sequence[Outcome], *, worker_id: str, max_attempts: int,
                backoff_base: float, backoff_max: float) -> dict[int, str]:
         """Record a batch of outcomes in one statement; return {send id: new status}.

@@ -74,12 +74,23 @@ UPDATE growth_sends s
        attempts         = s.attempts + CASE WHEN v.blocked THEN 0 ELSE 1 END,
        lease_expires_at = CASE WHEN v.blocked THEN NULL
                                ELSE now() + make_interval(secs => %(lease)s) END,
+       handed_over_at   = NULL,
        claimed_by       = %(worker_id)s,
        updated_at       = now()
   FROM verdict v
  WHERE s.id = v.id
 RETURNING s.id, s.campaign_id, s.account_id, s.subscriber_id, s.email, s.job_id, s.status,
           s.attempts;
+
+-- hand_over --
+-- Mark rows as about to go on the wire, committed before the transport sees them. Returns the
+-- rows still ours: one whose lease expired and was taken over must not be sent by us.
+UPDATE growth_sends
+   SET handed_over_at = now()
+ WHERE id = ANY(%(ids)s)
+   AND status = 'sending'
+   AND claimed_by = %(worker_id)s
+RETURNING id;
 
 -- settle --
 -- Record what the transport said, for a whole batch at once. Only rows still ours are touched:
@@ -112,8 +123,9 @@ UPDATE growth_sends s
 RETURNING s.id, s.status;
 
 -- recover_expired --
--- Rows whose worker died (or stalled) past the lease. With an idempotent receiver the retry
--- carries the same key and is absorbed, so the row is queued again; otherwise nobody can know
+-- Rows whose worker died (or stalled) past the lease. A row never handed over was never sent:
+-- it is queued again (its attempt does not count). With an idempotent receiver a handed-over row
+-- is retried with the same key and the duplicate is absorbed there; otherwise nobody can know
 -- whether it went out, and it becomes 'unknown' for an operator: never silently resent or dropped.
 WITH expired AS (
     SELECT id
@@ -124,8 +136,10 @@ WITH expired AS (
        FOR UPDATE SKIP LOCKED
 )
 UPDATE growth_sends s
-   SET status = CASE WHEN %(idempotent)s AND s.attempts < %(max_attempts)s THEN 'queued'
+   SET status = CASE WHEN s.handed_over_at IS NULL THEN 'queued'
+                     WHEN %(idempotent)s AND s.attempts < %(max_attempts)s THEN 'queued'
                      ELSE 'unknown' END,
+       attempts = s.attempts - CASE WHEN s.handed_over_at IS NULL THEN 1 ELSE 0 END,
        lease_expires_at = NULL,
        last_error = 'lease expired while held by ' || s.claimed_by,
        updated_at = now()
