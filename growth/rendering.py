@@ -25,7 +25,7 @@ from growth.unsubscribe import LinkMaker
 # is decided by the Context a template is rendered with, so each kind gets its own.)
 _TEXT = Engine(autoescape=False)
 _HTML = Engine(autoescape=True)
-_MENTIONS_UNSUBSCRIBE = re.compile(r"{{\s*unsubscribe_url\s*}}")
+_MENTIONS_UNSUBSCRIBE = re.compile(r"{{\s*unsubscribe_url\s*(\|[^}]*)?}}")
 TEXT_FOOTER = "\n\n--\nUnsubscribe: {{ unsubscribe_url }}\n"
 HTML_FOOTER = '<p style="font-size:12px;color:#666"><a href="{{ unsubscribe_url }}">Unsubscribe</a></p>'
 

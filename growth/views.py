@@ -5,7 +5,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from growth.models import Account, Suppression
+from growth.models import Account, Subscriber, Suppression
 from growth.unsubscribe import BadToken, read_token
 
 
@@ -19,7 +19,8 @@ def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
     except BadToken:
         return render(request, "growth/unsubscribe_invalid.html", status=400)
     account = Account.objects.filter(id=target.account_id).first()
-    if account is None:
+    if account is None or not Subscriber.objects.filter(id=target.subscriber_id,
+                                                        account=account).exists():
         return render(request, "growth/unsubscribe_invalid.html", status=400)
     if request.method == "GET":
         return render(request, "growth/unsubscribe_confirm.html", {"account": account})

@@ -43,7 +43,8 @@ def test_unicode_domain_is_stored_as_lowercase_punycode():
     assert email_lower("user@bücher.example") == email_lower("USER@Bücher.Example")
 
 
-@pytest.mark.parametrize("raw", ["bad@", "", "no-at-sign", "a@b@c", "@example.com", "a b@c.example"])
+@pytest.mark.parametrize("raw", ["bad@", "", "no-at-sign", "a@b@c", "@example.com",
+                                 "a b@c.example"])
 def test_invalid_addresses_raise_a_validation_error_naming_the_address(raw):
     with pytest.raises(ValidationError) as caught:
         parse_address(raw)

@@ -36,11 +36,10 @@ def test_start_due_has_exactly_one_winner_among_racing_workers():
 def test_pause_resume_and_cancel_have_exactly_one_winner():
     for _ in range(ROUNDS):
         campaign = sending_campaign(count=3)
-        assert sum(concurrently(RACERS, lambda i: Campaign.objects.pause(
-            campaign_id=campaign.id))) == 1
-        assert sum(concurrently(RACERS, lambda i: Campaign.objects.resume(
-            campaign_id=campaign.id))) == 1
-        dropped = concurrently(RACERS, lambda i: Campaign.objects.cancel(campaign_id=campaign.id))
+        cid = campaign.id
+        assert sum(concurrently(RACERS, lambda i, c=cid: Campaign.objects.pause(campaign_id=c))) == 1
+        assert sum(concurrently(RACERS, lambda i, c=cid: Campaign.objects.resume(campaign_id=c))) == 1
+        dropped = concurrently(RACERS, lambda i, c=cid: Campaign.objects.cancel(campaign_id=c))
         assert [d for d in dropped if d is not None] == [3]
         assert statuses(campaign) == {"cancelled": 3}
 
@@ -49,7 +48,7 @@ def test_pause_resume_and_cancel_have_exactly_one_winner():
 def test_approve_races_resolve_to_one_approval():
     for _ in range(ROUNDS):
         campaign = CampaignFactory()
-        outcomes = concurrently(RACERS, lambda i: _try(approve_campaign, campaign.id))
+        outcomes = concurrently(RACERS, lambda i, c=campaign.id: _try(approve_campaign, c))
         assert outcomes.count("ok") == 1
         assert all(o == "refused" for o in outcomes if o != "ok")
 

@@ -12,7 +12,6 @@ from growth.models import Campaign, Send, Suppression
 from growth.transports.django_mail import DjangoMailTransport
 from growth.worker import Worker
 from tests.factories import approved_campaign, statuses
-from tests.smtp import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,7 +53,7 @@ def test_a_4xx_is_retried_later_with_the_same_message_id(smtp_settings):
     assert statuses(campaign) == {"sent": 3}
     row = Send.objects.get(email_lower="person1@example.com")
     assert row.attempts == 3
-    tries = [mid for mid in smtp_settings.handler.attempts if ".%d@" % row.subscriber_id in mid]
+    tries = [mid for mid in smtp_settings.handler.attempts if f".{row.subscriber_id}@" in mid]
     assert len(tries) == 3 and len(set(tries)) == 1
 
 

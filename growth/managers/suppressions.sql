@@ -16,7 +16,10 @@ WITH subscriber AS (
      WHERE id = %(subscriber_id)s AND account_id = %(account_id)s
 ), suppressed AS (
     INSERT INTO growth_suppressions (account_id, email_lower, reason, campaign_id)
-    SELECT account_id, email_lower, 'unsubscribed', %(campaign_id)s FROM subscriber
+    SELECT account_id, email_lower, 'unsubscribed',
+           (SELECT c.id FROM growth_campaigns c     -- only a campaign of this tenant
+             WHERE c.id = %(campaign_id)s AND c.account_id = subscriber.account_id)
+      FROM subscriber
     ON CONFLICT (account_id, email_lower) DO NOTHING
     RETURNING id
 ), marked AS (
