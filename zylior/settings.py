@@ -85,6 +85,9 @@ vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
 if EMAIL_BACKEND.endswith("filebased.EmailBackend"):  # noqa: F821 - set just above
     # django-environ drops the leading slash of filemail:///abs/path.
     EMAIL_FILE_PATH = "/" + vars()["EMAIL_FILE_PATH"].lstrip("/")
+# An ESP through django-anymail: EMAIL_BACKEND=anymail.backends.postmark.EmailBackend and
+# ANYMAIL=POSTMARK_SERVER_TOKEN=... (comma-separated KEY=value pairs).
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default=EMAIL_BACKEND)  # noqa: F821 - from EMAIL_URL
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=30)  # seconds
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="growth@localhost")
 ANYMAIL = env.dict("ANYMAIL", default={})

@@ -4,7 +4,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import models
+from django.db import connection, models
 
 from growth.managers.queries import fetchall, load_beside
 
@@ -50,6 +50,13 @@ class CampaignManager(models.Manager):
     def outlook(self) -> Outlook:
         busy, next_in = _rows("outlook")[0]
         return Outlook(busy=busy, next_in=next_in)
+
+    def audience(self, *, campaign_id: int) -> dict[str, int]:
+        """Return counts describing the campaign's segments: subscriber_rows, addresses, ..."""
+        with connection.cursor() as cursor:
+            cursor.execute(QUERIES["audience"], {"campaign_id": campaign_id})
+            names = [column.name for column in cursor.description]
+            return dict(zip(names, cursor.fetchone(), strict=True))
 
     def progress(self, campaign_ids: list[int]) -> dict[int, dict[str, int]]:
         """Return {campaign_id: {send status: rows}} in one aggregate query."""

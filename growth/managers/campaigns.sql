@@ -92,3 +92,24 @@ SELECT campaign_id, status, count(*)
   FROM growth_sends
  WHERE campaign_id = ANY(%(campaign_ids)s)
  GROUP BY campaign_id, status;
+
+-- audience --
+-- who the campaign's segments hold and why some are not recipients (for reports)
+WITH members AS (
+    SELECT s.*
+      FROM growth_subscribers s
+      JOIN growth_campaigns c ON c.account_id = s.account_id
+     WHERE c.id = %(campaign_id)s
+       AND (NOT EXISTS (SELECT 1 FROM growth_campaigns_segments cs WHERE cs.campaign_id = c.id)
+            OR s.segment_id IN (SELECT cs.segment_id
+                                  FROM growth_campaigns_segments cs
+                                 WHERE cs.campaign_id = c.id))
+)
+SELECT count(*) AS subscriber_rows,
+       count(DISTINCT email_lower) AS addresses,
+       count(DISTINCT email_lower) FILTER (
+           WHERE EXISTS (SELECT 1 FROM growth_suppressions x
+                          WHERE x.account_id = members.account_id
+                            AND x.email_lower = members.email_lower)) AS suppressed,
+       count(DISTINCT email_lower) FILTER (WHERE status <> 'confirmed') AS not_confirmed_rows
+  FROM members;

@@ -1,3 +1,6 @@
+from collections import Counter
+from pathlib import Path
+
 from django.core.management.base import BaseCommand, CommandError
 
 from growth.models import Campaign, Send
@@ -10,20 +13,40 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("campaign_id", nargs="?", type=int)
+        parser.add_argument("--outbox", type=Path,
+                            help="A filemail:// directory: count what it received, and duplicates.")
 
-    def handle(self, *args, campaign_id=None, **options):
-        campaigns = Campaign.objects.select_related("account")
-        campaign = (campaigns.filter(id=campaign_id) if campaign_id else campaigns.order_by("-id")).first()
+    def handle(self, *args, campaign_id=None, outbox=None, **options):
+        campaigns = Campaign.objects.select_related("account").order_by("-id")
+        campaign = (campaigns.filter(id=campaign_id) if campaign_id else campaigns).first()
         if campaign is None:
             raise CommandError("No such campaign.")
         counts = Campaign.objects.progress([campaign.id]).get(campaign.id, {})
+        audience = Campaign.objects.audience(campaign_id=campaign.id)
         total = sum(counts.values())
         out = self.stdout.write
         out(f"Campaign {campaign.id} “{campaign.name}” for {campaign.account}: {campaign.status}")
+        out(f"  audience: {audience['subscriber_rows']:,} subscriber rows, "
+            f"{audience['addresses']:,} distinct addresses "
+            f"({audience['suppressed']:,} suppressed, "
+            f"{audience['not_confirmed_rows']:,} with an unconfirmed row)")
         out(f"  {'recipients':<12}{total:>9,}")
         for status in ORDER:
             out(f"  {status:<12}{counts.get(status, 0):>9,}")
         if campaign.started_at and campaign.finished_at:
             seconds = (campaign.finished_at - campaign.started_at).total_seconds()
-            rate = total / seconds if seconds else 0
-            out(f"  {'took':<12}{seconds:>8.1f}s  ({rate:,.0f} recipients/s)")
+            out(f"  {'took':<12}{seconds:>8.1f}s  ({total / max(seconds, 1e-3):,.0f} recipients/s)")
+        if outbox:
+            keys = _keys_in(outbox, campaign.id)
+            twice = sum(1 for n in keys.values() if n > 1)
+            out(f"  outbox: {sum(keys.values()):,} messages, {len(keys):,} distinct recipients, "
+                f"{twice} received twice")
+
+
+def _keys_in(outbox: Path, campaign_id: int) -> Counter:
+    prefix = f"Idempotency-Key: campaign:{campaign_id}:"
+    keys: Counter = Counter()
+    for path in sorted(outbox.glob("*.log")):
+        with path.open(errors="replace") as lines:
+            keys.update(line.strip() for line in lines if line.startswith(prefix))
+    return keys

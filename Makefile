@@ -1,0 +1,47 @@
+# Zylior growth. Quick start: `make demo`, then `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+OUTBOX := $(CURDIR)/.data/outbox
+
+.PHONY: install demo test test-pg lint run stop-db clean
+
+$(STAMP): requirements/base.txt requirements/dev.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is needed (set PYTHON=...)")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements/dev.txt
+	touch $@
+
+install: $(STAMP)
+
+## demo: embedded PostgreSQL, a 10k-subscriber tenant, the real worker to completion, a summary
+demo: install
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) manage.py seed_demo
+	EMAIL_URL=filemail://$(OUTBOX) $(PY) manage.py run_sender --until-idle --batch-size 200 --tick 1
+	@echo
+	$(PY) manage.py campaign_report --outbox $(OUTBOX)
+	@echo "Messages written to $(OUTBOX)/"
+
+## test: the whole suite on the real database (embedded unless DATABASE_URL is set)
+test: install
+	$(PY) -m pytest
+
+## test-pg: the suite against the machine's PostgreSQL on 127.0.0.1:5432
+test-pg: install
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test TEST_DATABASE_NAME=test_zylior_pg $(PY) -m pytest
+
+lint: install
+	$(PY) -m ruff check .
+
+## run: the worker, as in production (Ctrl-C finishes the batch in hand, then exits)
+run: install
+	$(PY) manage.py run_sender
+
+stop-db: install
+	$(PY) -c 'from pathlib import Path; from zylior import embedded_db; embedded_db.stop(Path(".data"))'
+
+clean: stop-db
+	rm -rf .data $(VENV)
