@@ -130,12 +130,13 @@ class Worker:
             to_send = [row for row in rows if row.status == Send.Status.SENDING]
             settled = self._deliver(campaign_id, to_send) if to_send else {}
             counts = Counter(settled.values())
+            counts[Send.Status.SUPPRESSED] += len(rows) - len(to_send)
             elapsed = max(time.monotonic() - started, 1e-6)
             logger.info(
                 "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, "
                 "left to lease expiry %d (%.0f/s)",
                 campaign_id, len(rows), counts["sent"], counts["queued"], counts["failed"],
-                len(rows) - len(to_send), len(to_send) - len(settled), len(rows) / elapsed,
+                counts["suppressed"], len(to_send) - len(settled), len(rows) / elapsed,
                 extra={"campaign_id": campaign_id, "worker_id": self.worker_id},
             )
 
@@ -149,14 +150,15 @@ class Worker:
         settled = self._settle(unrenderable)
         for start in range(0, len(deliveries), self.chunk_size):
             chunk = deliveries[start:start + self.chunk_size]
-            ours = self._retrying_db(
+            handed = self._retrying_db(
                 lambda chunk=chunk: Send.objects.hand_over([d.send_id for d in chunk],
                                                            worker_id=self.worker_id),
                 deadline=time.monotonic() + self.lease, default=None)
-            if ours is None:
-                break  # database gone for a whole lease: these rows were never sent; recovery requeues them
-            settled |= self._settle(self.transport.send_bulk(
-                [d for d in chunk if d.send_id in ours]))
+            if handed is None:
+                break  # no database for a whole lease: unsent, these rows are queued again on expiry
+            settled |= {i: status for i, status in handed.items() if status != Send.Status.SENDING}
+            go = [d for d in chunk if handed.get(d.send_id) == Send.Status.SENDING]
+            settled |= self._settle(self.transport.send_bulk(go))
         return settled
 
     def _render(self, campaign_id: int,

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from growth.models import Send
+from growth.models import Send, Suppression
 from growth.transports import Outcome
 from tests.factories import sending_campaign, statuses
 
@@ -71,7 +71,7 @@ def test_settle_leaves_rows_that_are_no_longer_ours_alone():
     Send.objects.recover_expired(idempotent=True, max_attempts=5)
     (again,) = Send.objects.claim(worker_id="fast", batch_size=1, lease=60)
     assert again.job_id == row.job_id
-    assert Send.objects.hand_over([row.id], worker_id="slow") == set()  # slow must not send it
+    assert Send.objects.hand_over([row.id], worker_id="slow") == {}  # slow must not send it
     assert settle([Outcome(row.id, Outcome.PERMANENT, error="late")], worker_id="slow") == {}
     assert settle([Outcome(row.id, Outcome.SENT)], worker_id="fast") == {row.id: "sent"}
 
@@ -113,6 +113,20 @@ def test_an_expired_row_never_handed_over_is_queued_again_in_any_mode(idempotent
     assert statuses(campaign) == expected
     never_sent = Send.objects.filter(id__in=[claimed[1].id, claimed[2].id])
     assert [row.attempts for row in never_sent] == [0, 0]  # that attempt never happened
+
+
+@pytest.mark.django_db
+def test_an_opt_out_committed_after_the_claim_is_still_honoured_at_hand_over():
+    campaign = sending_campaign(count=2)
+    first, second = Send.objects.claim(worker_id="w", batch_size=2, lease=60)
+    Suppression.objects.suppress(account_id=campaign.account_id,
+                                 email_lower=Send.objects.get(id=first.id).email_lower,
+                                 reason="unsubscribed")
+    handed = Send.objects.hand_over([first.id, second.id], worker_id="w")
+    assert handed == {first.id: "suppressed", second.id: "sending"}
+    stopped = Send.objects.get(id=first.id)
+    assert stopped.handed_over_at is None and stopped.attempts == 0
+    assert Send.objects.get(id=second.id).handed_over_at is not None
 
 
 @pytest.mark.django_db

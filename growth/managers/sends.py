@@ -56,10 +56,12 @@ class SendManager(models.Manager):
                             {"worker_id": worker_id, "batch_size": batch_size, "lease": lease})
         return sorted((Claimed(*row) for row in rows), key=lambda c: c.id)
 
-    def hand_over(self, send_ids: Sequence[int], *, worker_id: str) -> set[int]:
-        """Mark rows as going on the wire now; return the ids still ours (only those may go)."""
-        return {row[0] for row in fetchall(QUERIES["hand_over"],
-                                           {"ids": list(send_ids), "worker_id": worker_id})}
+    def hand_over(self, send_ids: Sequence[int], *, worker_id: str) -> dict[int, str]:
+        """Mark rows as going on the wire now; return {id: 'sending' (send it) | 'suppressed'}.
+
+        Rows no longer ours are absent: they must not be sent.
+        """
+        return dict(fetchall(QUERIES["hand_over"], {"ids": list(send_ids), "worker_id": worker_id}))
 
     def settle(self, outcomes: Sequence[Outcome], *, worker_id: str, max_attempts: int,
                backoff_base: float, backoff_max: float) -> dict[int, str]:

@@ -83,14 +83,31 @@ RETURNING s.id, s.campaign_id, s.account_id, s.subscriber_id, s.email, s.job_id,
           s.attempts;
 
 -- hand_over --
--- Mark rows as about to go on the wire, committed before the transport sees them. Returns the
--- rows still ours: one whose lease expired and was taken over must not be sent by us.
-UPDATE growth_sends
-   SET handed_over_at = now()
- WHERE id = ANY(%(ids)s)
-   AND status = 'sending'
-   AND claimed_by = %(worker_id)s
-RETURNING id;
+-- Mark rows as about to go on the wire, committed before the transport sees them, and check
+-- suppressions once more: an opt-out committed since the claim still stops the message here.
+-- Only rows still ours are touched: one whose lease expired and was taken over is not sent by us.
+WITH mine AS (
+    SELECT s.id,
+           sub.status <> 'confirmed'
+           OR EXISTS (SELECT 1
+                        FROM growth_suppressions x
+                       WHERE x.account_id = s.account_id
+                         AND x.email_lower = s.email_lower) AS blocked
+      FROM growth_sends s
+      JOIN growth_subscribers sub ON sub.id = s.subscriber_id
+     WHERE s.id = ANY(%(ids)s)
+       AND s.status = 'sending'
+       AND s.claimed_by = %(worker_id)s
+)
+UPDATE growth_sends s
+   SET handed_over_at   = CASE WHEN m.blocked THEN NULL ELSE now() END,
+       status           = CASE WHEN m.blocked THEN 'suppressed' ELSE 'sending' END,
+       attempts         = s.attempts - CASE WHEN m.blocked THEN 1 ELSE 0 END,
+       lease_expires_at = CASE WHEN m.blocked THEN NULL ELSE s.lease_expires_at END,
+       updated_at       = CASE WHEN m.blocked THEN now() ELSE s.updated_at END
+  FROM mine m
+ WHERE s.id = m.id
+RETURNING s.id, s.status;
 
 -- settle --
 -- Record what the transport said, for a whole batch at once. Only rows still ours are touched:
