@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUTBOX := $(CURDIR)/.data/outbox
 
-.PHONY: install demo test test-pg lint run stop-db clean
+.PHONY: install demo test test-pg chaos lint run stop-db clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is needed (set PYTHON=...)")'
@@ -32,6 +32,11 @@ test: install
 ## test-pg: the suite against the machine's PostgreSQL on 127.0.0.1:5432
 test-pg: install
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test TEST_DATABASE_NAME=test_zylior_pg $(PY) -m pytest
+
+## chaos: 50,000 recipients, 3 workers SIGKILLed every 1.5 s, a database restart, bad SMTP and
+## opt-outs, in both receiver modes, on a fresh database; exits 1 on loss or duplicates
+chaos: install
+	$(PY) manage.py chaos $(CHAOS_ARGS)
 
 lint: install
 	$(PY) -m ruff check .

@@ -65,12 +65,16 @@ TEMPLATES = [
 ]
 
 
+# True when this process uses (and may restart) the embedded server in DATA_DIR.
+EMBEDDED_DATABASE = not env.str("DATABASE_URL", default="")
+
+
 def _database_url() -> str:
-    if url := env.str("DATABASE_URL", default=""):
-        return url
+    if not EMBEDDED_DATABASE:
+        return env.str("DATABASE_URL")
     from zylior import embedded_db
 
-    return embedded_db.database_url(DATA_DIR)
+    return embedded_db.database_url(DATA_DIR, env.str("EMBEDDED_DATABASE_NAME", default="zylior"))
 
 
 DATABASES = {"default": env.db_url_config(_database_url())}

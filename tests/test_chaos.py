@@ -1,0 +1,39 @@
+"""A CI-sized run of the chaos harness (``make chaos`` runs the full-sized one)."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+
+from growth.chaos.harness import ChaosConfig, run
+from growth.chaos.receiver import Misbehaviour
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+HANDOFF_CHUNK = 5  # SENDER_HANDOFF_CHUNK's default: what a plain-mode kill can leave in doubt
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_a_campaign_survives_kills_a_database_restart_bad_smtp_and_opt_outs(tmp_path, idempotent):
+    config = ChaosConfig(
+        recipients=1200, workers=3, idempotent=idempotent, lease=2.0, kill_every=0.6,
+        faults=Misbehaviour(tempfail_rate=0.03, drop_rate=0.01, slow_rate=0.01, slow_delay=0.2),
+        database_down_for=1.0, optout_every=0.5, optouts_per_round=3, out_dir=tmp_path,
+        timeout=240)
+    report = run(config)
+
+    assert report.problems() == []
+    assert report.lost == 0 and report.duplicates == 0 and report.addresses_twice == 0
+    assert report.opted_out_then_delivered == 0 and report.opted_out > 0
+    reached = report.accepted - report.unknown_delivered - report.opted_out_already_delivered
+    assert reached + report.opted_out + report.unknown == report.expected
+    assert report.kills >= 3 and report.sigterms == 1 and report.clean_exits
+    assert report.tempfails > 0 and report.drops > 0 and report.retries > 0
+    if settings.EMBEDDED_DATABASE:
+        assert report.db_restarts == 1
+    if idempotent:
+        assert report.unknown == 0
+    else:
+        assert report.unknown <= report.kills * HANDOFF_CHUNK
+    assert (tmp_path / f"chaos-{config.mode}.png").stat().st_size > 10_000
+    assert (tmp_path / f"received-{config.mode}.jsonl").read_text().count("\n") >= report.accepted
