@@ -1,0 +1,52 @@
+"""``run_sender`` that SIGKILLs itself at one named point of the cycle, for crash tests.
+
+    python tests/crashing_sender.py <point> [run_sender options]
+
+Points: during-build (rows inserted, not committed), after-claim (claim committed, nothing handed
+over), after-send (a chunk accepted by the transport, not settled).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zylior.settings")
+
+
+def die(*args, **kwargs):
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from growth.managers import sends
+
+    point, options = sys.argv[1], sys.argv[2:]
+    if point == "during-build":
+        real_rowcount = sends._rowcount
+
+        def insert_then_die(statement, params):
+            real_rowcount(statement, params)
+            die()
+
+        sends._rowcount = insert_then_die
+    elif point == "after-claim":
+        sends.SendManager.hand_over = die
+    elif point == "after-send":
+        sends.SendManager.settle = lambda self, outcomes, **kw: die() if outcomes else {}
+    else:
+        raise SystemExit(f"unknown point {point!r}")
+    call_command("run_sender", *options)
+
+
+if __name__ == "__main__":
+    main()
