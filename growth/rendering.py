@@ -11,20 +11,23 @@ carries the headers that make a retry harmless and an opt-out one click away:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formataddr
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.mail import EmailMultiAlternatives
 from django.template import Context, Engine, TemplateSyntaxError
+from django.utils.html import conditional_escape
 
+from growth.mime import MessageLayout, OutgoingEmail
 from growth.unsubscribe import LinkMaker
 
 # Subjects and text bodies are not HTML: escaping them would mangle "O'Brien". (Autoescaping
 # is decided by the Context a template is rendered with, so each kind gets its own.)
 _TEXT = Engine(autoescape=False)
 _HTML = Engine(autoescape=True)
+_BARE_VARIABLE = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)\s*}}")
 _MENTIONS_UNSUBSCRIBE = re.compile(r"{{\s*unsubscribe_url\s*(\|[^}]*)?}}")
 TEXT_FOOTER = "\n\n--\nUnsubscribe: {{ unsubscribe_url }}\n"
 HTML_FOOTER = '<p style="font-size:12px;color:#666"><a href="{{ unsubscribe_url }}">Unsubscribe</a></p>'
@@ -81,35 +84,59 @@ class CampaignRenderer:
         self._links = links or LinkMaker()
         self._domain = message_id_domain or settings.MESSAGE_ID_DOMAIN
         self._from = formataddr((content.from_name, content.from_email))
-        self._subject = _TEXT.from_string(content.subject)
-        self._text = _TEXT.from_string(_with_footer(content.body_text, TEXT_FOOTER))
-        self._html = (_HTML.from_string(_with_footer(content.body_html, HTML_FOOTER))
+        self._subject = _compile(content.subject, html=False)
+        self._text = _compile(_with_footer(content.body_text, TEXT_FOOTER), html=False)
+        self._html = (_compile(_with_footer(content.body_html, HTML_FOOTER), html=True)
                       if content.body_html.strip() else None)
+        self._layout = MessageLayout(from_header=self._from, has_html=self._html is not None)
 
-    def render(self, *, job_id: str, email: str, subscriber_id: int) -> EmailMultiAlternatives:
+    def render(self, *, job_id: str, email: str, subscriber_id: int) -> OutgoingEmail:
         unsubscribe_url = self._links.url(account_id=self.content.account_id,
                                           subscriber_id=subscriber_id,
                                           campaign_id=self.content.id)
         values = {"email": email, "unsubscribe_url": unsubscribe_url}
-        context = Context(values, autoescape=False)
-        subject = self._subject.render(context).strip()
+        subject = self._subject(values).strip()
         if "\n" in subject or "\r" in subject:
             raise ValueError("the rendered subject has a line break")
-        message = EmailMultiAlternatives(
-            subject=subject,
-            body=self._text.render(context),
-            from_email=self._from,
-            to=[email],
-            headers={
-                "Message-ID": message_id(job_id, self._domain),
-                "Idempotency-Key": job_id,
-                "List-Unsubscribe": f"<{unsubscribe_url}>",
-                "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
-            },
-        )
-        if self._html is not None:
-            message.attach_alternative(self._html.render(Context(values)), "text/html")
+        text = self._text(values)
+        html = self._html(values) if self._html is not None else None
+        headers = {
+            "Message-ID": message_id(job_id, self._domain),
+            "Idempotency-Key": job_id,
+            "List-Unsubscribe": f"<{unsubscribe_url}>",
+            "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+        }
+        message = OutgoingEmail(subject=subject, body=text, from_email=self._from, to=[email],
+                                headers=headers)
+        if html is not None:
+            message.attach_alternative(html, "text/html")
+        message.prebuilt = self._layout.build(to=email, subject=subject, headers=headers,
+                                              text=text, html=html)
         return message
+
+
+def _compile(source: str, *, html: bool) -> Callable[[dict[str, str]], str]:
+    """Return a function rendering ``source`` with the per-recipient values.
+
+    A template that only prints variables (the common case) becomes a join of literal pieces;
+    anything else (tags, filters) is a compiled Django template.
+    """
+    pieces = _BARE_VARIABLE.split(source)
+    literals = pieces[::2]
+    if not any(marker in literal for literal in literals for marker in ("{{", "{%", "{#")):
+        names = pieces[1::2]
+        escape = conditional_escape if html else str
+
+        def join(values: dict[str, str]) -> str:
+            out = [literals[0]]
+            for name, literal in zip(names, literals[1:], strict=True):
+                out.append(escape(values.get(name, "")))
+                out.append(literal)
+            return "".join(out)
+
+        return join
+    template = (_HTML if html else _TEXT).from_string(source)
+    return lambda values: template.render(Context(values, autoescape=html))
 
 
 def _with_footer(body: str, footer: str) -> str:

@@ -308,3 +308,16 @@ def test_other_methods_are_not_allowed(csrf_client, world, method):
     assert response.status_code == 405
     assert sorted(response.headers["Allow"].split(", ")) == ["GET", "POST"]
     assert_nothing_changed(before)
+
+
+@pytest.mark.parametrize("ids", [(1, 2, 3), (10**12, 7, None)])
+def test_links_carry_exactly_the_token_make_token_signs(ids, settings):
+    from growth.unsubscribe import LinkMaker
+
+    settings.SECRET_KEY = "another-key-than-the-default-one-for-this-test-0123456789"
+    account_id, subscriber_id, campaign_id = ids
+    link = LinkMaker("https://growth.example").url(
+        account_id=account_id, subscriber_id=subscriber_id, campaign_id=campaign_id)
+    token = make_token(account_id=account_id, subscriber_id=subscriber_id, campaign_id=campaign_id)
+    assert link == f"https://growth.example/u/{token}/"
+    assert read_token(token).subscriber_id == subscriber_id
