@@ -203,6 +203,9 @@ class Send(models.Model):
             models.UniqueConstraint("campaign", "email_lower", name="send_unique_address"),
             models.CheckConstraint(name="send_status_valid", condition=Q(status__in=[
                 "queued", "sending", "sent", "suppressed", "failed", "unknown", "cancelled"])),
+            # a row on the wire without a lease could never be recovered
+            models.CheckConstraint(name="send_sending_has_lease",
+                                   condition=~Q(status="sending") | Q(lease_expires_at__isnull=False)),
         ]
         indexes = [
             # The claim walks this in id order: only queued rows are in it, so it stays small.

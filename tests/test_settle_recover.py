@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -169,3 +171,35 @@ def test_a_transient_failure_in_a_cancelled_campaign_is_not_queued_again():
     cancel_campaign(campaign_id=campaign.id)
     settle([Outcome(row.id, Outcome.TRANSIENT, error="451")])
     assert statuses(campaign) == {"cancelled": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hand_over_racing_a_recovery_leaves_the_recovered_row_alone():
+    """Found by the chaos harness: the hand-over's conditions lived only in its CTE, whose
+    snapshot predates a concurrent recovery, and it put a recovered row back to 'sending'
+    without a lease, where nobody would ever recover it."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    sending_campaign(count=1)
+    (row,) = Send.objects.claim(worker_id="slow", batch_size=1, lease=60)
+    expire_leases()
+    recovering, handed = threading.Event(), {}
+
+    def recover_but_wait_before_commit():
+        with transaction.atomic():
+            Send.objects.recover_expired(idempotent=False, max_attempts=5)  # locks the row
+            recovering.set()
+            time.sleep(1.0)  # the hand-over below is now blocked on our row lock
+        connections.close_all()
+
+    recoverer = threading.Thread(target=recover_but_wait_before_commit)
+    recoverer.start()
+    recovering.wait(10)
+    handed.update(Send.objects.hand_over([row.id], worker_id="slow"))
+    recoverer.join()
+    connection.close()
+    assert handed == {}  # not ours any more: must not be sent
+    stored = Send.objects.get()
+    assert stored.status == "queued" and stored.handed_over_at is None

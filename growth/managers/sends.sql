@@ -107,6 +107,10 @@ UPDATE growth_sends s
        updated_at       = CASE WHEN m.blocked THEN now() ELSE s.updated_at END
   FROM mine m
  WHERE s.id = m.id
+   -- again here, not only in the CTE: if a recovery moved the row after the CTE's snapshot,
+   -- PostgreSQL re-checks these conditions on the row's new version and leaves it alone
+   AND s.status = 'sending'
+   AND s.claimed_by = %(worker_id)s
 RETURNING s.id, s.status;
 
 -- settle --
