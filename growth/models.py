@@ -7,12 +7,14 @@ is one compare-and-set UPDATE there, never a read-then-save here.
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
 from growth.addresses import parse_address
 from growth.managers.campaigns import CampaignManager
+from growth.managers.limits import RateLimitManager
 from growth.managers.sends import SendManager
 from growth.managers.suppressions import SuppressionManager
 
@@ -214,6 +216,12 @@ class Send(models.Model):
             models.Index("next_attempt_at", name="send_backoff",
                          condition=Q(status="queued", next_attempt_at__isnull=False)),
             models.Index("campaign", "status", name="send_campaign_status"),
+            # a per-campaign claim (the worker serves campaigns in turn) walks this
+            models.Index("campaign", "id", name="send_queued_by_campaign",
+                         condition=Q(status="queued")),
+            # "current rate" per tenant: sends of the last seconds
+            models.Index("account", "sent_at", name="send_sent_at",
+                         condition=Q(sent_at__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -223,3 +231,34 @@ class Send(models.Model):
 def _parsed(raw: str) -> tuple[str, str]:
     address = parse_address(raw)
     return address.email, address.email_lower
+
+
+class RateLimit(models.Model):
+    """A token bucket shared by every worker on every host: a tenant (or a whole transport) sends
+    at most ``per_second`` messages a second, in bursts of at most ``burst``."""
+
+    account = models.OneToOneField(Account, null=True, blank=True, on_delete=models.CASCADE,
+                                   related_name="rate_limit")
+    transport = models.CharField(max_length=200, blank=True, default="",
+                                 help_text="For a transport-wide limit: its SENDER_TRANSPORT path.")
+    per_second = models.FloatField("messages per second",
+                                   validators=[MinValueValidator(0.01)])
+    burst = models.FloatField(default=20, validators=[MinValueValidator(1)],
+                              help_text="Messages that may go at once after a quiet spell.")
+    tokens = models.FloatField(db_default=0, editable=False)
+    refilled_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    objects = RateLimitManager()
+
+    class Meta:
+        db_table = "growth_rate_limits"
+        constraints = [
+            models.CheckConstraint(name="rate_limit_one_scope", condition=(
+                Q(account__isnull=False, transport="") | Q(account__isnull=True) & ~Q(transport=""))),
+            models.UniqueConstraint("transport", name="rate_limit_unique_transport",
+                                    condition=Q(account__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        scope = self.account or f"transport {self.transport}"
+        return f"{scope}: {self.per_second:g}/s"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -27,8 +28,9 @@ from typing import TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
+from growth.managers.campaigns import Sending
 from growth.managers.sends import Claimed
-from growth.models import Campaign, Send
+from growth.models import Campaign, RateLimit, Send
 from growth.rendering import CampaignContent, CampaignRenderer
 from growth.transports import BaseTransport, Delivery, Outcome, get_transport
 from growth.unsubscribe import LinkMaker
@@ -76,6 +78,9 @@ class Worker:
         self.chunk_size = batch_size if self.idempotent else settings.SENDER_HANDOFF_CHUNK
         self._stop = threading.Event()
         self._renderers: dict[int, CampaignRenderer] = {}
+        self._last_campaign_id: int | None = None
+        self._transport_bucket_id: int | None = None
+        self._rate_wait: float | None = None  # seconds until a rate limit grants a batch
         self._links: LinkMaker | None = None
 
     def stop(self) -> None:
@@ -113,13 +118,56 @@ class Worker:
             if created is not None:
                 logger.info("campaign %s: %d recipients built", campaign_id, created)
         self._recover()
-        batch = Send.objects.claim(worker_id=self.worker_id, batch_size=self.batch_size,
-                                   lease=self.lease)
+        batch, wanted = self._claim_in_turn()
         if batch:
             self._process(batch)
         for campaign_id in Campaign.objects.finish():
             logger.info("campaign %s finished", campaign_id)
-        return len(batch)
+        # "Full" when we got all we asked for: more is likely waiting, so no sleep.
+        return self.batch_size if batch and len(batch) == wanted else len(batch)
+
+    def _claim_in_turn(self) -> tuple[list[Claimed], int]:
+        """Claim a batch from the next sending campaign in turn, within its tenant's rate limit
+        and the transport's; return it and how many rows were asked for.
+
+        Serving campaigns in turn, not oldest row first, keeps one tenant's big campaign from
+        starving another's. Tokens are taken before the claim, so a worker that has none holds
+        no lease it cannot use; tokens it could not use are given back.
+        """
+        self._rate_wait = None
+        for campaign in self._in_turn(Campaign.objects.sending()):
+            buckets = [b for b in (campaign.rate_limit_id, self._transport_bucket()) if b]
+            grant = RateLimit.objects.take(buckets, want=self.batch_size)
+            if not grant.count:
+                self._rate_wait = min(self._rate_wait or grant.wait, grant.wait)
+                continue
+            batch = Send.objects.claim(worker_id=self.worker_id, batch_size=grant.count,
+                                       lease=self.lease, campaign_id=campaign.campaign_id)
+            going = sum(1 for row in batch if row.status == Send.Status.SENDING)
+            RateLimit.objects.give_back(buckets, count=grant.count - going)
+            if batch:
+                self._last_campaign_id = campaign.campaign_id
+                return batch, grant.count
+        return [], 0
+
+    def _in_turn(self, campaigns: list[Sending]) -> list[Sending]:
+        """The campaigns in order, starting after the one served last (a new worker starts at
+        a random place, so that replicas spread out)."""
+        if not campaigns:
+            return []
+        if self._last_campaign_id is None:
+            start = random.randrange(len(campaigns))
+        else:
+            start = next((i for i, c in enumerate(campaigns)
+                          if c.campaign_id > self._last_campaign_id), 0)
+        return campaigns[start:] + campaigns[:start]
+
+    def _transport_bucket(self) -> int | None:
+        if self._transport_bucket_id is None and settings.SENDER_RATE_LIMIT:
+            self._transport_bucket_id = RateLimit.objects.for_transport(
+                settings.SENDER_TRANSPORT, per_second=settings.SENDER_RATE_LIMIT,
+                burst=settings.SENDER_RATE_BURST)
+        return self._transport_bucket_id
 
     def _process(self, batch: Sequence[Claimed]) -> None:
         started = time.monotonic()
@@ -208,6 +256,8 @@ class Worker:
 
     def _idle_wait(self, busy: bool, next_in: float | None) -> float:
         wait = self.tick if next_in is None else min(self.tick, next_in)
+        if self._rate_wait is not None:
+            wait = min(wait, self._rate_wait)
         if busy:
             wait = min(wait, BUSY_POLL)
         return max(wait, MIN_WAIT)

@@ -103,12 +103,24 @@ def test_paused_campaigns_and_rows_in_backoff_are_not_claimed():
 
 
 @pytest.mark.django_db
-def test_the_claim_is_an_index_scan_on_queued_rows():
-    sending_campaign(count=50)
+@pytest.mark.parametrize("per_campaign", [False, True])
+def test_the_claim_walks_an_index_not_the_table(per_campaign):
+    campaign = sending_campaign(count=3000)
+    sending_campaign(count=3000)
+    Send.objects.filter(campaign=campaign, id__lt=Send.objects.order_by("id")[2500].id).update(
+        status="sent")  # the usual shape mid-campaign: most rows done
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE growth_sends")
-        cursor.execute("SET LOCAL enable_seqscan = off")  # tiny table: ask what it *can* use
-        cursor.execute("EXPLAIN " + QUERIES["claim"],
-                       {"worker_id": "w", "batch_size": 20, "lease": 60})
+        cursor.execute("EXPLAIN " + QUERIES["claim"], {
+            "worker_id": "w", "batch_size": 20, "lease": 60,
+            "campaign_id": campaign.id if per_campaign else None})
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "send_queued" in plan
+    assert "Seq Scan on growth_sends" not in plan, plan
+
+
+@pytest.mark.django_db
+def test_a_per_campaign_claim_takes_only_that_campaigns_rows():
+    first, second = sending_campaign(count=3), sending_campaign(count=3)
+    batch = Send.objects.claim(worker_id="w", batch_size=10, lease=60, campaign_id=second.id)
+    assert {row.campaign_id for row in batch} == {second.id} and len(batch) == 3
+    assert statuses(first) == {"queued": 3}

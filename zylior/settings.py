@@ -103,6 +103,8 @@ SENDER_MAX_ATTEMPTS = env.int("SENDER_MAX_ATTEMPTS", default=5)
 SENDER_BACKOFF_BASE = env.float("SENDER_BACKOFF_BASE", default=30.0)  # seconds; doubles per attempt
 SENDER_BACKOFF_MAX = env.float("SENDER_BACKOFF_MAX", default=3600.0)  # seconds
 SENDER_LEASE = env.float("SENDER_LEASE", default=300.0)  # seconds a claimed row is ours
+SENDER_RATE_LIMIT = env.float("SENDER_RATE_LIMIT", default=0.0)  # messages/s for the transport; 0: none
+SENDER_RATE_BURST = env.float("SENDER_RATE_BURST", default=20.0)  # messages
 SENDER_HANDOFF_CHUNK = env.int("SENDER_HANDOFF_CHUNK", default=5)  # messages per hand-over (plain)
 MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN", default=urlsplit(SITE_URL).hostname or "localhost")
 

@@ -17,6 +17,13 @@ class Outlook:
     next_in: float | None  # seconds until the next scheduled start, retry or lease expiry
 
 
+@dataclass(frozen=True, slots=True)
+class Sending:
+    campaign_id: int
+    account_id: int
+    rate_limit_id: int | None
+
+
 class CampaignManager(models.Manager):
     """Compare-and-set transitions of growth_campaigns (see campaigns.sql)."""
 
@@ -42,6 +49,10 @@ class CampaignManager(models.Manager):
     def finish(self) -> list[int]:
         """Move every sending campaign with nothing left to do to sent; return their ids."""
         return [row[0] for row in _rows("finish")]
+
+    def sending(self) -> list[Sending]:
+        """Campaigns whose recipients can be claimed now, oldest first."""
+        return [Sending(*row) for row in _rows("sending")]
 
     def status_of(self, *, campaign_id: int) -> str | None:
         rows = _rows("status", campaign_id=campaign_id)

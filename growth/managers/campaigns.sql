@@ -65,6 +65,15 @@ UPDATE growth_campaigns c
                       AND s.status IN ('queued', 'sending'))
 RETURNING c.id;
 
+-- sending --
+-- campaigns a worker can claim from, with their tenant's rate-limit bucket (if any)
+SELECT c.id, c.account_id, rl.id
+  FROM growth_campaigns c
+  LEFT JOIN growth_rate_limits rl ON rl.account_id = c.account_id
+ WHERE c.status = 'sending'
+   AND c.recipients_built_at IS NOT NULL
+ ORDER BY c.id;
+
 -- status --
 SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s;
 

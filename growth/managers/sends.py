@@ -49,11 +49,13 @@ class SendManager(models.Manager):
             fetchall(QUERIES["mark_built"], params)
         return created
 
-    def claim(self, *, worker_id: str, batch_size: int, lease: float) -> list[Claimed]:
-        """Claim up to ``batch_size`` due rows (committed before this returns)."""
+    def claim(self, *, worker_id: str, batch_size: int, lease: float,
+              campaign_id: int | None = None) -> list[Claimed]:
+        """Claim up to ``batch_size`` due rows, of one campaign or of any (committed before
+        this returns)."""
         with transaction.atomic():
-            rows = fetchall(QUERIES["claim"],
-                            {"worker_id": worker_id, "batch_size": batch_size, "lease": lease})
+            rows = fetchall(QUERIES["claim"], {"worker_id": worker_id, "batch_size": batch_size,
+                                               "lease": lease, "campaign_id": campaign_id})
         return sorted((Claimed(*row) for row in rows), key=lambda c: c.id)
 
     def hand_over(self, send_ids: Sequence[int], *, worker_id: str) -> dict[int, str]:

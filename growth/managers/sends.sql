@@ -45,7 +45,7 @@ UPDATE growth_campaigns
  WHERE id = %(campaign_id)s AND recipients_built_at IS NULL;
 
 -- claim --
--- Take up to batch_size due rows no other worker holds (SKIP LOCKED: disjoint batches, no
+-- Take up to batch_size due rows (of one campaign, or of any) no other worker holds (SKIP LOCKED: disjoint batches, no
 -- waiting). In the same statement, re-check the tenant's suppressions and the subscriber's
 -- status: an opt-out committed since the build turns the row into 'suppressed' before any
 -- network call. The rest become 'sending' under a lease. The caller commits, then delivers.
@@ -56,10 +56,11 @@ WITH due AS (
      WHERE s.status = 'queued'
        AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
        AND c.status = 'sending'
+       AND (%(campaign_id)s::bigint IS NULL OR s.campaign_id = %(campaign_id)s)
      ORDER BY s.id
      LIMIT %(batch_size)s
        FOR UPDATE OF s SKIP LOCKED
-), verdict AS (
+), verdict AS MATERIALIZED (  -- computed once, not once per CASE below
     SELECT due.id,
            sub.status <> 'confirmed'
            OR EXISTS (SELECT 1
@@ -86,7 +87,7 @@ RETURNING s.id, s.campaign_id, s.account_id, s.subscriber_id, s.email, s.job_id,
 -- Mark rows as about to go on the wire, committed before the transport sees them, and check
 -- suppressions once more: an opt-out committed since the claim still stops the message here.
 -- Only rows still ours are touched: one whose lease expired and was taken over is not sent by us.
-WITH mine AS (
+WITH mine AS MATERIALIZED (  -- computed once, not once per CASE below
     SELECT s.id,
            sub.status <> 'confirmed'
            OR EXISTS (SELECT 1
