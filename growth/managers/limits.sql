@@ -8,7 +8,8 @@
 -- one message at a time. wait: seconds until such a grant would be possible.
 WITH locked AS (
     SELECT id, burst, per_second,
-           least(burst, tokens + per_second * extract(epoch FROM now() - refilled_at)) AS available
+           least(burst, tokens + per_second * greatest(0, extract(epoch FROM now() - refilled_at)))
+               AS available
       FROM growth_rate_limits
      WHERE id = ANY(%(ids)s)
      ORDER BY id
