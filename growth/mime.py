@@ -52,6 +52,13 @@ class OutgoingEmail(EmailMultiAlternatives):
 
     prebuilt: bytes | None = None
 
+    def add_header(self, name: str, value: str) -> None:
+        """Add a header after rendering (a backend's own, e.g. a provider's key header)."""
+        _, encoded = forbid_multi_line_headers(name, value, "utf-8")
+        self.extra_headers[name] = value
+        if self.prebuilt is not None:  # header order is free: put it first
+            self.prebuilt = f"{name}: {encoded}{CRLF}".encode() + self.prebuilt
+
     def message(self):
         if self.prebuilt is None:
             return super().message()

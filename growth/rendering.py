@@ -110,6 +110,9 @@ class CampaignRenderer:
                                 headers=headers)
         if html is not None:
             message.attach_alternative(html, "text/html")
+        # For ESPs (django-anymail): lets their webhooks be attributed to tenant and campaign.
+        message.metadata = {"account_id": str(self.content.account_id),
+                            "campaign_id": str(self.content.id), "job_id": job_id}
         message.prebuilt = self._layout.build(to=email, subject=subject, headers=headers,
                                               text=text, html=html)
         return message

@@ -68,8 +68,7 @@ class Worker:
         self.tick = tick  # seconds to sleep when there is nothing to do
         self.lease = settings.SENDER_LEASE if lease is None else lease  # seconds
         self.transport = transport or get_transport()
-        self.idempotent = (settings.SENDER_IDEMPOTENT_TRANSPORT
-                           if self.transport.idempotent is None else self.transport.idempotent)
+        self.idempotent = self._receiver_deduplicates()
         self.until_idle = until_idle
         self.once = once
         self.max_attempts = max_attempts or settings.SENDER_MAX_ATTEMPTS
@@ -82,6 +81,19 @@ class Worker:
         self._transport_bucket_id: int | None = None
         self._rate_wait: float | None = None  # seconds until a rate limit grants a batch
         self._links: LinkMaker | None = None
+
+    def _receiver_deduplicates(self) -> bool:
+        declared = self.transport.idempotent
+        if declared is None:
+            declared = bool(settings.SENDER_IDEMPOTENT_TRANSPORT)
+        window = getattr(self.transport, "idempotency_window", None)  # seconds
+        if declared and window is not None and self.lease >= window:
+            # A retry comes about one lease after the first attempt: by then the provider has
+            # forgotten the key, so a resend would be a duplicate. Hold such rows instead.
+            logger.error("lease %.0fs outlives the provider's %.0fs idempotency window: treating "
+                         "the receiver as plain", self.lease, window)
+            return False
+        return bool(declared)
 
     def stop(self) -> None:
         """Ask the loop to exit after the batch in hand (safe from a signal handler)."""

@@ -98,7 +98,8 @@ ANYMAIL = env.dict("ANYMAIL", default={})
 
 # The sending engine.
 SENDER_TRANSPORT = env.str("SENDER_TRANSPORT", default="growth.transports.django_mail.DjangoMailTransport")
-SENDER_IDEMPOTENT_TRANSPORT = env.bool("SENDER_IDEMPOTENT_TRANSPORT", default=False)
+# true/false forces it; unset: as the email backend declares (growth.backends.*: true; others: false)
+SENDER_IDEMPOTENT_TRANSPORT = env.bool("SENDER_IDEMPOTENT_TRANSPORT", default=None)
 SENDER_MAX_ATTEMPTS = env.int("SENDER_MAX_ATTEMPTS", default=5)
 SENDER_BACKOFF_BASE = env.float("SENDER_BACKOFF_BASE", default=30.0)  # seconds; doubles per attempt
 SENDER_BACKOFF_MAX = env.float("SENDER_BACKOFF_MAX", default=3600.0)  # seconds

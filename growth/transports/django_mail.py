@@ -5,6 +5,7 @@ from collections.abc import Sequence
 
 from django.conf import settings
 from django.core.mail import get_connection
+from django.utils.module_loading import import_string
 
 from growth.transports.base import BaseTransport, Delivery, Outcome
 from growth.transports.errors import classify
@@ -18,14 +19,24 @@ _ANYMAIL_REFUSED = {"rejected", "invalid", "failed"}
 class DjangoMailTransport(BaseTransport):
     """Send through Django's configured email backend (EMAIL_URL): SMTP, console, file, or any
     django-anymail ESP. One backend connection is kept open across batches; each message is sent
-    on its own so that each gets its own outcome."""
+    on its own so that each gets its own outcome.
+
+    Idempotent when SENDER_IDEMPOTENT_TRANSPORT says so or, unset, when the backend declares
+    ``idempotent_receiver`` (see growth.backends).
+    """
 
     def __init__(self, *, backend: str | None = None, idempotent: bool | None = None,
                  **backend_options) -> None:
         self._backend_path = backend
         self._backend_options = backend_options
         self._connection = None
-        self.idempotent = settings.SENDER_IDEMPOTENT_TRANSPORT if idempotent is None else idempotent
+        backend_class = import_string(backend or settings.EMAIL_BACKEND)
+        if idempotent is None:
+            idempotent = settings.SENDER_IDEMPOTENT_TRANSPORT
+        if idempotent is None:  # not configured: as the backend declares it
+            idempotent = getattr(backend_class, "idempotent_receiver", False)
+        self.idempotent = idempotent
+        self.idempotency_window = getattr(backend_class, "idempotency_window", None)  # seconds
 
     def open(self) -> None:
         if self._connection is None:

@@ -42,12 +42,13 @@ def classify(exc: BaseException) -> Verdict:
     if isinstance(exc, smtplib.SMTPResponseException):
         # 421: the server is closing the connection (smtplib has already closed its side)
         return Verdict(_by_code(exc.smtp_code), error, reconnect=exc.smtp_code == 421)
+    # before OSError: anymail's API errors are requests' HTTPErrors, hence OSErrors too
+    if anymail_errors is not None and isinstance(exc, anymail_errors.AnymailError):
+        return _anymail(exc, error)
     if isinstance(exc, BadHeaderError | UnicodeError | ValueError):
         return Verdict(Outcome.PERMANENT, error)
     if isinstance(exc, OSError):  # refused, reset, timed out
         return Verdict(Outcome.TRANSIENT, error, reconnect=True)
-    if anymail_errors is not None and isinstance(exc, anymail_errors.AnymailError):
-        return _anymail(exc, error)
     return Verdict(Outcome.TRANSIENT, error, reconnect=True)
 
 

@@ -1,0 +1,61 @@
+"""A fake ESP HTTP API on loopback, speaking just enough of Resend's and Brevo's send endpoints
+for django-anymail, and de-duplicating on their idempotency keys as the real ones do."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Request:
+    path: str
+    headers: dict[str, str]
+    body: dict
+
+
+@dataclass
+class FakeESP:
+    requests: list[Request] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)  # scripted answers, then 200/201
+    ids_by_key: dict[str, str] = field(default_factory=dict)
+
+    def start(self) -> FakeESP:
+        esp = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                esp.requests.append(Request(self.path, dict(self.headers), body))
+                status = esp.statuses.pop(0) if esp.statuses else None
+                if status and status >= 400:
+                    return self._answer(status, {"message": "scripted failure"})
+                key = self.headers.get("Idempotency-Key") or body.get("headers", {}).get(
+                    "idempotencyKey")
+                message_id = esp.ids_by_key.setdefault(key or str(uuid.uuid4()), str(uuid.uuid4()))
+                if self.path.endswith("smtp/email"):
+                    return self._answer(201, {"messageId": f"<{message_id}@smtp-relay.test>"})
+                return self._answer(200, {"id": message_id})
+
+            def _answer(self, status, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_port}/"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

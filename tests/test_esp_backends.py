@@ -1,0 +1,99 @@
+"""Providers that de-duplicate on a key: the job id reaches them, and the engine knows it."""
+
+from __future__ import annotations
+
+import json
+from email import message_from_bytes
+
+import pytest
+
+from growth.backends.brevo import brevo_key
+from growth.rendering import CampaignContent, CampaignRenderer
+from growth.transports import Delivery, Outcome
+from growth.transports.django_mail import DjangoMailTransport
+from growth.unsubscribe import LinkMaker
+from growth.worker import Worker
+from tests.esp_server import FakeESP
+
+RESEND = "growth.backends.resend.EmailBackend"
+BREVO = "growth.backends.brevo.EmailBackend"
+
+
+@pytest.fixture
+def esp(settings):
+    server = FakeESP().start()
+    settings.ANYMAIL = {"RESEND_API_KEY": "re_test", "RESEND_API_URL": server.url,
+                        "BREVO_API_KEY": "xkeysib-test", "BREVO_API_URL": server.url}
+    settings.SENDER_IDEMPOTENT_TRANSPORT = None
+    yield server
+    server.stop()
+
+
+def delivery(job_id: str = "campaign:7:42", email: str = "ana@example.com") -> Delivery:
+    content = CampaignContent(7, 3, "Hi {{ email }}", "Hello\n", "<p>Hello</p>",
+                              "news@acme.example", "Acme")
+    renderer = CampaignRenderer(content, links=LinkMaker("https://growth.example"))
+    send_id = int(job_id.rsplit(":", 1)[1])
+    return Delivery(send_id, job_id, renderer.render(job_id=job_id, email=email,
+                                                     subscriber_id=send_id))
+
+
+def send(backend: str, *deliveries: Delivery) -> list[Outcome]:
+    with DjangoMailTransport(backend=backend) as transport:
+        return transport.send_bulk(list(deliveries))
+
+
+def test_resend_gets_the_job_id_as_its_idempotency_key_and_our_ids_as_metadata(esp):
+    (outcome,) = send(RESEND, delivery())
+    (request,) = esp.requests
+    assert request.headers["Idempotency-Key"] == "campaign:7:42"
+    metadata = json.loads(request.body["headers"]["X-Metadata"])
+    assert metadata == {"account_id": "3", "campaign_id": "7", "job_id": "campaign:7:42"}
+    assert outcome.kind == Outcome.SENT and outcome.provider_message_id
+
+
+def test_a_retry_through_resend_is_absorbed_and_returns_the_same_message(esp):
+    first = send(RESEND, delivery())[0]
+    again = send(RESEND, delivery())[0]  # a new render, as after a lease expiry
+    assert again.provider_message_id == first.provider_message_id
+    assert {r.headers["Idempotency-Key"] for r in esp.requests} == {"campaign:7:42"}
+
+
+@pytest.mark.parametrize(("status", "kind"), [(500, "transient"), (429, "transient"),
+                                              (422, "permanent")])
+def test_provider_errors_map_onto_retry_or_failure(esp, status, kind):
+    esp.statuses = [status]
+    assert send(RESEND, delivery())[0].kind == kind
+
+
+def test_brevo_gets_a_stable_uuid_derived_from_the_job_id(esp):
+    send(BREVO, delivery())
+    send(BREVO, delivery())
+    keys = [r.body["headers"]["idempotencyKey"] for r in esp.requests]
+    assert keys == [brevo_key("campaign:7:42")] * 2
+    assert brevo_key("campaign:7:42") != brevo_key("campaign:7:43")
+    custom = json.loads(esp.requests[0].body["headers"]["X-Mailin-custom"])
+    assert custom["job_id"] == "campaign:7:42"
+
+
+def test_resend_over_smtp_carries_its_key_header(smtp_settings):
+    send("growth.backends.resend.SMTPBackend", delivery())
+    (accepted,) = smtp_settings.handler.accepted
+    assert accepted.message["Resend-Idempotency-Key"] == "campaign:7:42"
+    assert accepted.message["Message-ID"] == "<campaign.7.42@localhost>"
+    assert message_from_bytes(accepted.message.as_bytes())["Idempotency-Key"] == "campaign:7:42"
+
+
+def test_the_engine_treats_these_providers_as_idempotent_unless_told_otherwise(esp, settings):
+    assert DjangoMailTransport(backend=RESEND).idempotent is True
+    assert DjangoMailTransport(backend=BREVO).idempotent is True
+    assert DjangoMailTransport(backend="anymail.backends.postmark.EmailBackend").idempotent is False
+    settings.SENDER_IDEMPOTENT_TRANSPORT = False
+    assert DjangoMailTransport(backend=RESEND).idempotent is False
+
+
+def test_a_lease_longer_than_the_providers_memory_is_not_trusted(esp):
+    short = Worker(lease=60, transport=DjangoMailTransport(backend=BREVO))
+    long = Worker(lease=3600, transport=DjangoMailTransport(backend=BREVO))
+    assert short.idempotent is True
+    assert long.idempotent is False  # Brevo forgets keys after 15 minutes
