@@ -83,3 +83,44 @@ def sending_campaign(count: int = 10, **kwargs) -> Campaign:
 
 def statuses(campaign: Campaign) -> dict[str, int]:
     return Campaign.objects.progress([campaign.id]).get(campaign.id, {})
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "auth.User"
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@staff.example")
+    password = factory.PostGenerationMethodCall("set_password", "pw")
+
+    @factory.post_generation
+    def saved(self, create, extracted, **kwargs):
+        if create:
+            self.save()
+
+
+def operator(*accounts: Account, perms: str | list[str] = "all", **kwargs):
+    """A staff user, member of ``accounts``, with the growth app's model permissions
+    (``perms="all"``) or only those listed (codenames, e.g. ["view_send"])."""
+    from django.contrib.auth.models import Permission
+
+    from growth.models import Membership
+
+    user = UserFactory(is_staff=True, **kwargs)
+    permissions = Permission.objects.filter(content_type__app_label="growth")
+    if perms != "all":
+        permissions = permissions.filter(codename__in=perms)
+    user.user_permissions.set(permissions)
+    for account in accounts:
+        Membership.objects.create(user=user, account=account)
+    return user
+
+
+def member(account: Account, *, role: str = "editor", **kwargs):
+    """A tenant user (not staff) with a membership of ``account``."""
+    from growth.models import Membership
+
+    user = UserFactory(**kwargs)
+    Membership.objects.create(user=user, account=account, role=role)
+    return user
