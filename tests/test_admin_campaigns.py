@@ -4,6 +4,7 @@ after draft, preview, "send a test to me", and tenant scoping."""
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.messages import get_messages
@@ -339,7 +340,7 @@ def test_send_a_test_to_me_sends_one_marked_message_and_records_no_send(client, 
     assert Send.objects.count() == 2 and not Send.objects.filter(email_lower=staff.email).exists()
     # its unsubscribe link names no subscriber: opening it changes nothing
     link = message.extra_headers["List-Unsubscribe"][1:-1]
-    assert Client().post(link.split("localhost:8000", 1)[-1]).status_code == 400
+    assert Client().post(urlsplit(link).path).status_code == 400
 
 
 def test_send_a_test_is_a_post_with_a_csrf_token(tenant, mailoutbox):
