@@ -91,6 +91,7 @@ class SubscriberAdmin(TenantScopedAdmin):
     list_filter = ["status", ("account", ScopedRelatedFilter), ("segment", ScopedRelatedFilter)]
     list_select_related = ["account", "segment"]
     search_fields = ["email_lower"]
+    ordering = ["-id"]  # newest first, from the primary key: no sort of a million rows per page
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     actions = ["confirm_pending"]
