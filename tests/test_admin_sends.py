@@ -8,8 +8,14 @@ from django.test import Client
 from django.urls import reverse
 
 from growth.models import Campaign, Send
-from tests.factories import AccountFactory, operator, sending_campaign, statuses
-from tests.test_operator_transitions import finished_campaign_with_unknown_rows, make_unknown
+from tests.factories import (
+    AccountFactory,
+    finished_campaign_with_unknown_rows,
+    make_unknown,
+    operator,
+    sending_campaign,
+    statuses,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,6 @@ import threading
 
 import pytest
 from django.db import connections, transaction
-from django.utils import timezone
 
 from growth.models import Campaign, Send, Subscriber
 from growth.send_review import mark_delivered, retry_unknown
@@ -18,33 +17,11 @@ from tests.factories import (
     CampaignFactory,
     SegmentFactory,
     SubscriberFactory,
+    finished_campaign_with_unknown_rows,
+    make_unknown,
     sending_campaign,
     statuses,
 )
-
-
-def make_unknown(count: int) -> list[int]:
-    """Claim, hand over and lose ``count`` queued rows to a dead worker with a plain receiver: the
-    way rows really become unknown."""
-    claimed = Send.objects.claim(worker_id="dead", batch_size=count, lease=60)
-    Send.objects.hand_over([row.id for row in claimed], worker_id="dead")
-    Send.objects.filter(status="sending").update(
-        lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
-    recovered = Send.objects.recover_expired(idempotent=False, max_attempts=5)
-    assert {status for _, _, status in recovered} == {"unknown"}
-    return sorted(row.id for row in claimed)
-
-
-def finished_campaign_with_unknown_rows(count: int = 4, unknown: int = 2) -> tuple[Campaign, list[int]]:
-    campaign = sending_campaign(count=count)
-    lost = make_unknown(unknown)
-    Worker(worker_id="w", transport=NullTransport(), batch_size=count).cycle()
-    expected = {"sent": count - unknown, "unknown": unknown}
-    assert statuses(campaign) == {status: n for status, n in expected.items() if n}
-    campaign.refresh_from_db()
-    assert campaign.status == "sent"
-    return campaign, lost
-
 
 # --- retry (same key) ---------------------------------------------------------------------------
 
