@@ -6,6 +6,7 @@ is one compare-and-set UPDATE there, never a read-then-save here.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -16,6 +17,7 @@ from growth.addresses import parse_address
 from growth.managers.campaigns import CampaignManager
 from growth.managers.limits import RateLimitManager
 from growth.managers.sends import SendManager
+from growth.managers.subscribers import SubscriberManager
 from growth.managers.suppressions import SuppressionManager
 
 
@@ -33,6 +35,33 @@ class Account(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Membership(models.Model):
+    """A user's access to one account: the admin and the tenant UI (/app/) show a non-superuser
+    only the accounts it is a member of."""
+
+    class Role(models.TextChoices):
+        EDITOR = "editor", "Editor (may change the suppression list)"
+        VIEWER = "viewer", "Viewer (read only)"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="growth_memberships")
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.EDITOR)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        db_table = "growth_memberships"
+        ordering = ["account", "user"]
+        constraints = [models.UniqueConstraint("user", "account", name="membership_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.account} ({self.role})"
+
+    @property
+    def can_edit(self) -> bool:
+        return self.role == self.Role.EDITOR
 
 
 class Segment(models.Model):
@@ -60,6 +89,8 @@ class Subscriber(models.Model):
     email_lower = models.CharField(max_length=320, editable=False, help_text="The dedup key.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    objects = SubscriberManager()
 
     class Meta:
         db_table = "growth_subscribers"

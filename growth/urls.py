@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from growth import views
 
@@ -6,4 +6,5 @@ app_name = "growth"
 
 urlpatterns = [
     path("u/<str:token>/", views.unsubscribe, name="unsubscribe"),
+    path("app/", include("growth.tenant.urls")),
 ]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
@@ -10,6 +11,7 @@ from growth.unsubscribe import BadToken, read_token
 
 
 @csrf_exempt  # RFC 8058: mail clients POST here with no cookie and no token but the signed URL
+@never_cache  # a shared cache must not answer for someone else's link
 @require_http_methods(["GET", "POST"])
 def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
     """GET shows a confirmation and changes nothing (link scanners follow GETs); POST, from the

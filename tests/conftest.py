@@ -15,6 +15,12 @@ from tests.smtp import SMTPServer
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Logging in is part of many tests: a deliberately slow hasher would dominate them."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def smtp_server():
     server = SMTPServer().start()

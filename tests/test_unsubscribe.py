@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
 from django.core import signing
 from django.test import Client
@@ -321,3 +323,27 @@ def test_links_carry_exactly_the_token_make_token_signs(ids, settings):
     token = make_token(account_id=account_id, subscriber_id=subscriber_id, campaign_id=campaign_id)
     assert link == f"https://growth.example/u/{token}/"
     assert read_token(token).subscriber_id == subscriber_id
+
+
+@pytest.mark.django_db
+def test_no_answer_is_cached_or_indexed(csrf_client, world):
+    for response in (csrf_client.get(url(world["token"])), post_one_click(csrf_client, world["token"]),
+                     csrf_client.get(url("garbage"))):
+        assert "no-store" in response.headers["Cache-Control"]
+        assert '<meta name="robots" content="noindex">' in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_email_body_and_the_header_carry_the_same_working_link(csrf_client, world):
+    from growth.rendering import CampaignContent, CampaignRenderer
+
+    campaign, first = world["campaign"], world["first"]
+    message = CampaignRenderer(CampaignContent.of(campaign)).render(
+        job_id=f"campaign:{campaign.id}:{first.id}", email=first.email, subscriber_id=first.id)
+    link = message.extra_headers["List-Unsubscribe"][1:-1]
+    assert link in message.body
+    path = urlsplit(link).path
+    assert csrf_client.get(path).status_code == 200
+    assert not Suppression.objects.exists()
+    assert post_one_click(csrf_client, path.split("/")[-2]).status_code == 200
+    assert_unsubscribed(world)

@@ -4,7 +4,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection, models
+from django.db import connection, models, transaction
 
 from growth.managers.queries import fetchall, load_beside
 
@@ -43,12 +43,32 @@ class CampaignManager(models.Manager):
 
     def cancel(self, *, campaign_id: int) -> int | None:
         """Cancel; return how many queued rows were dropped, or None if not cancellable."""
-        rows = _rows("cancel", campaign_id=campaign_id)
+        with transaction.atomic():
+            _rows("lock_campaign", campaign_id=campaign_id)
+            rows = _rows("cancel", campaign_id=campaign_id)
         return rows[0][1] if rows else None
 
     def finish(self) -> list[int]:
         """Move every sending campaign with nothing left to do to sent; return their ids."""
-        return [row[0] for row in _rows("finish")]
+        with transaction.atomic():
+            locked = [row[0] for row in _rows("lock_finishable")]
+            if not locked:
+                return []
+            return [row[0] for row in _rows("finish", campaign_ids=locked)]
+
+    def update_draft(self, *, campaign_id: int, version: datetime, name: str, subject: str,
+                     body_text: str, body_html: str, scheduled_for: datetime | None) -> datetime | None:
+        """Save a draft's content if it is still the draft ``version``; return the new version,
+        or None when it was approved or edited meanwhile."""
+        rows = _rows("update_draft", campaign_id=campaign_id, version=version, name=name,
+                     subject=subject, body_text=body_text, body_html=body_html,
+                     scheduled_for=scheduled_for)
+        return rows[0][0] if rows else None
+
+    def rename(self, *, campaign_id: int, version: datetime, name: str) -> datetime | None:
+        """Rename if the campaign is still ``version``; return the new version or None."""
+        rows = _rows("rename", campaign_id=campaign_id, version=version, name=name)
+        return rows[0][0] if rows else None
 
     def sending(self) -> list[Sending]:
         """Campaigns whose recipients can be claimed now, oldest first."""
@@ -77,6 +97,5 @@ class CampaignManager(models.Manager):
         return dict(counts)
 
 
-
-def _rows(name: str, **params) -> list[tuple]:
-    return fetchall(QUERIES[name], params)
+def _rows(query: str, /, **params) -> list[tuple]:
+    return fetchall(QUERIES[query], params)

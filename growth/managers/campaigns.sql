@@ -33,9 +33,15 @@ UPDATE growth_campaigns
    AND status = 'paused'
 RETURNING id;
 
+-- lock_campaign --
+-- Wait for, then hold, the campaign row until commit: a statement run after this one in the
+-- same transaction sees every row queued by a transaction that held it before (see
+-- lock_finishable). NO KEY UPDATE does not block the FK checks of rows being inserted.
+SELECT id FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE;
+
 -- cancel --
 -- any unfinished state -> cancelled; its queued rows become cancelled in the same statement.
--- Rows already claimed (sending) are on the wire and settle normally.
+-- Rows already claimed (sending) are on the wire and settle normally. Run after lock_campaign.
 WITH cancelled AS (
     UPDATE growth_campaigns
        SET status = 'cancelled', finished_at = now(), updated_at = now()
@@ -53,11 +59,27 @@ WITH cancelled AS (
 SELECT c.id, (SELECT count(*) FROM dropped) AS dropped
   FROM cancelled c;
 
+-- lock_finishable --
+-- Lock the built sending campaigns in a statement of their own, before `finish` looks at their
+-- rows: `finish` then takes its snapshot after any transaction that requeued rows under this
+-- lock (an operator's retry of unknown rows) has committed, and so sees those rows. A single
+-- UPDATE could not: it would wait for the lock, then re-check only the campaign row, judging the
+-- rows by its older snapshot and finishing a campaign with rows just queued. Campaigns another
+-- transaction holds are skipped until the next pass.
+SELECT id
+  FROM growth_campaigns
+ WHERE status = 'sending'
+   AND recipients_built_at IS NOT NULL
+ ORDER BY id
+   FOR NO KEY UPDATE SKIP LOCKED;
+
 -- finish --
--- sending -> sent once the list is built and no row is queued or on the wire
+-- sending -> sent once the list is built and no row is queued or on the wire (the campaigns
+-- given were locked by lock_finishable in this transaction)
 UPDATE growth_campaigns c
    SET status = 'sent', finished_at = now(), updated_at = now()
- WHERE c.status = 'sending'
+ WHERE c.id = ANY(%(campaign_ids)s)
+   AND c.status = 'sending'
    AND c.recipients_built_at IS NOT NULL
    AND NOT EXISTS (SELECT 1
                      FROM growth_sends s
@@ -73,6 +95,26 @@ SELECT c.id, c.account_id, rl.id
  WHERE c.status = 'sending'
    AND c.recipients_built_at IS NOT NULL
  ORDER BY c.id;
+
+-- update_draft --
+-- Save edited content only while the campaign is a draft and is the version the editor loaded:
+-- an approval (or another editor) that got there first keeps what it saw. The new version is
+-- the clock's, not the transaction's start: two edits in one transaction still differ.
+UPDATE growth_campaigns
+   SET name = %(name)s, subject = %(subject)s, body_text = %(body_text)s,
+       body_html = %(body_html)s, scheduled_for = %(scheduled_for)s, updated_at = clock_timestamp()
+ WHERE id = %(campaign_id)s
+   AND status = 'draft'
+   AND updated_at = %(version)s
+RETURNING updated_at;
+
+-- rename --
+-- The only edit left once a campaign has left draft; never touches the status
+UPDATE growth_campaigns
+   SET name = %(name)s, updated_at = clock_timestamp()
+ WHERE id = %(campaign_id)s
+   AND updated_at = %(version)s
+RETURNING updated_at;
 
 -- status --
 SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s;

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import models, transaction
 
@@ -25,6 +26,22 @@ class Claimed:
     job_id: str
     status: str
     attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    id: int
+    campaign_id: int
+    reopened: bool  # the campaign had finished and went back to sending
+
+
+@dataclass(frozen=True, slots=True)
+class AddressHistory:
+    campaign_id: int
+    campaign_name: str
+    status: str
+    sent_at: datetime | None
+    updated_at: datetime
 
 
 class SendManager(models.Manager):
@@ -90,6 +107,25 @@ class SendManager(models.Manager):
         return fetchall(QUERIES["recover_expired"], {
             "idempotent": idempotent, "max_attempts": max_attempts, "limit": RECOVER_LIMIT,
         })
+
+
+    def retry_unknown(self, send_ids: Sequence[int]) -> list[Requeued]:
+        """Queue 'unknown' rows again with the same job id; return the rows moved. A finished
+        campaign of theirs goes back to sending; rows of a cancelled campaign are left alone."""
+        params = {"ids": list(send_ids)}
+        with transaction.atomic():
+            fetchall(QUERIES["lock_campaigns_of_unknown"], params)
+            rows = fetchall(QUERIES["retry_unknown"], params)
+        return [Requeued(*row) for row in rows]
+
+    def mark_delivered(self, send_ids: Sequence[int]) -> list[int]:
+        """Move 'unknown' rows to sent; return the ids moved (rows in any other state are left)."""
+        return [row[0] for row in fetchall(QUERIES["mark_delivered"], {"ids": list(send_ids)})]
+
+    def history_of_address(self, *, account_id: int, email_lower: str) -> list[AddressHistory]:
+        """Return the tenant's campaigns that have a row for this address, newest first."""
+        return [AddressHistory(*row) for row in fetchall(QUERIES["history_of_address"], {
+            "account_id": account_id, "email_lower": email_lower})]
 
 
 def _rowcount(statement: str, params: dict) -> int:

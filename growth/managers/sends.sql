@@ -168,3 +168,60 @@ UPDATE growth_sends s
   FROM expired e
  WHERE s.id = e.id
 RETURNING s.id, s.campaign_id, s.status;
+
+-- lock_campaigns_of_unknown --
+-- An operator's retry, step 1: lock (in id order: no deadlock between two operators) the
+-- campaigns of the given rows that are still 'unknown', before anything is requeued. Holding
+-- these locks until commit is what keeps a concurrent `finish` from judging the campaign done by
+-- a snapshot that does not show the rows requeued here (see lock_finishable), and a concurrent
+-- cancel from leaving them queued.
+SELECT c.id
+  FROM growth_campaigns c
+ WHERE c.id IN (SELECT campaign_id FROM growth_sends WHERE id = ANY(%(ids)s) AND status = 'unknown')
+ ORDER BY c.id
+   FOR NO KEY UPDATE;
+
+-- retry_unknown --
+-- Step 2, in a later statement of the same transaction, so that it reads the campaigns as they
+-- are now that they are locked: unknown -> queued with the same job id (the operator accepts a
+-- possible duplicate), due at once, and a campaign that had finished goes back to sending so
+-- the worker picks the rows up (a paused one stays paused until resumed). Rows of a cancelled
+-- campaign stay unknown: nothing would ever send them.
+WITH requeued AS (
+    UPDATE growth_sends s
+       SET status = 'queued', next_attempt_at = NULL, lease_expires_at = NULL,
+           handed_over_at = NULL, claimed_by = '', updated_at = now(),
+           last_error = 'requeued by an operator after: ' || s.last_error
+      FROM growth_campaigns c
+     WHERE s.id = ANY(%(ids)s)
+       AND s.status = 'unknown'
+       AND c.id = s.campaign_id
+       AND c.status IN ('sending', 'paused', 'sent')
+    RETURNING s.id, s.campaign_id
+), reopened AS (
+    UPDATE growth_campaigns c
+       SET status = 'sending', finished_at = NULL, updated_at = now()
+     WHERE c.id IN (SELECT campaign_id FROM requeued)
+       AND c.status = 'sent'
+    RETURNING c.id
+)
+SELECT r.id, r.campaign_id, r.campaign_id IN (SELECT id FROM reopened) AS reopened
+  FROM requeued r;
+
+-- mark_delivered --
+-- unknown -> sent: the operator knows (from the provider or the recipient) that it arrived
+UPDATE growth_sends
+   SET status = 'sent', sent_at = now(), lease_expires_at = NULL, updated_at = now(),
+       last_error = 'marked delivered by an operator after: ' || last_error
+ WHERE id = ANY(%(ids)s)
+   AND status = 'unknown'
+RETURNING id;
+
+-- history_of_address --
+-- Every campaign of the tenant that has a row for this address, newest first: one probe of
+-- (campaign_id, email_lower) per campaign, whatever the size of the campaigns
+SELECT c.id, c.name, s.status, s.sent_at, s.updated_at
+  FROM growth_campaigns c
+  JOIN growth_sends s ON s.campaign_id = c.id AND s.email_lower = %(email_lower)s
+ WHERE c.account_id = %(account_id)s
+ ORDER BY c.created_at DESC, c.id DESC;

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db import models
 
 from growth.managers.queries import fetchall, load_beside
@@ -24,4 +26,19 @@ class SuppressionManager(models.Manager):
         rows = fetchall(QUERIES["unsubscribe"], {
             "account_id": account_id, "subscriber_id": subscriber_id, "campaign_id": campaign_id,
         })
+        return rows[0][0] if rows else None
+
+    def suppress_many(self, *, account_id: int, emails_lower: Sequence[str], reason: str) -> set[str]:
+        """Suppress several addresses in one statement; return those that were not suppressed yet."""
+        if not emails_lower:
+            return set()
+        return {row[0] for row in fetchall(QUERIES["suppress_many"], {
+            "account_id": account_id, "emails": list(emails_lower), "reason": reason,
+        })}
+
+    def remove(self, *, account_id: int, suppression_id: int) -> str | None:
+        """Delete one of the tenant's suppressions; return its address, or None if it has none
+        with this id."""
+        rows = fetchall(QUERIES["remove"], {"account_id": account_id,
+                                            "suppression_id": suppression_id})
         return rows[0][0] if rows else None

@@ -35,3 +35,18 @@ SELECT subscriber.email_lower,
        (SELECT count(*) FROM suppressed) AS new_suppressions,
        (SELECT count(*) FROM marked) AS rows_marked
   FROM subscriber;
+
+-- suppress_many --
+-- Several addresses at once, in one statement (all or nothing); returns the ones that were new.
+INSERT INTO growth_suppressions (account_id, email_lower, reason)
+SELECT %(account_id)s, e, %(reason)s
+  FROM unnest(%(emails)s::text[]) AS e
+ON CONFLICT (account_id, email_lower) DO NOTHING
+RETURNING email_lower;
+
+-- remove --
+-- Lift one suppression of this tenant (the account in the WHERE: another tenant's id is no row)
+DELETE FROM growth_suppressions
+ WHERE id = %(suppression_id)s
+   AND account_id = %(account_id)s
+RETURNING email_lower;

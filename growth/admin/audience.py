@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.template.response import TemplateResponse
+from django.urls import path
+
+from growth.address_files import UnreadableFile, read_csv
+from growth.addresses import parse_address
+from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin, scoped_choices
+from growth.imports import IMPORTABLE_STATUSES, import_subscribers
+from growth.models import Account, Membership, Segment, Subscriber, Suppression
+
+
+class SuperuserOnly:
+    def has_module_permission(self, request):
+        return request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_add_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    has_delete_permission = has_change_permission
+
+
+class MembershipInline(SuperuserOnly, admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Account)
+class AccountAdmin(TenantScopedAdmin):
+    account_field = "id"
+    list_display = ["name", "slug", "from_email", "from_name"]
+    search_fields = ["name", "slug", "from_email"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser  # a new tenant is not a member's decision
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+
+@admin.register(Membership)
+class MembershipAdmin(SuperuserOnly, admin.ModelAdmin):
+    list_display = ["user", "account", "role", "created_at"]
+    list_filter = ["role", "account"]
+    list_select_related = ["user", "account"]
+    search_fields = ["user__username", "user__email", "account__name", "account__slug"]
+    autocomplete_fields = ["user", "account"]
+
+
+@admin.register(Segment)
+class SegmentAdmin(TenantScopedAdmin):
+    list_display = ["name", "account"]
+    list_filter = [("account", ScopedRelatedFilter)]
+    list_select_related = ["account"]
+    search_fields = ["name", "account__name"]
+
+
+class SubscriberImportForm(forms.Form):
+    segment = forms.ModelChoiceField(queryset=Segment.objects.none())
+    status = forms.ChoiceField(
+        choices=[(s.value, s.label) for s in IMPORTABLE_STATUSES], initial=Subscriber.Status.CONFIRMED,
+        help_text="Only confirmed subscribers receive campaigns. Addresses already in the segment "
+                  "keep their status (an import never re-subscribes anyone).")
+    file = forms.FileField(help_text="CSV, UTF-8: a column headed “email”, or one address per line.")
+    skip_invalid = forms.BooleanField(
+        required=False, label="Import the valid lines even if some are invalid",
+        help_text="Unticked, a file with any invalid line imports nothing.")
+    check_only = forms.BooleanField(required=False, label="Check only (import nothing)")
+
+    def __init__(self, *args, segments, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["segment"].queryset = segments.select_related("account")
+        self.fields["segment"].label_from_instance = lambda s: f"{s.account} — {s.name}"
+
+
+@admin.register(Subscriber)
+class SubscriberAdmin(TenantScopedAdmin):
+    list_display = ["email", "account", "segment", "status", "created_at"]
+    list_filter = ["status", ("account", ScopedRelatedFilter), ("segment", ScopedRelatedFilter)]
+    list_select_related = ["account", "segment"]
+    search_fields = ["email_lower"]
+    ordering = ["-id"]  # newest first, from the primary key: no sort of a million rows per page
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    actions = ["confirm_pending"]
+    change_list_template = "growth/admin/subscriber_change_list.html"
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ["email_lower", "created_at"]
+        # A status moves only by compare-and-set (an opt-out must never be written back over).
+        return ["account", "status", "email_lower", "created_at"]
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            obj.save(update_fields=["email", "email_lower", "segment"])
+        else:
+            obj.save()
+
+    @admin.action(description="Confirm selected pending subscribers", permissions=["change"])
+    def confirm_pending(self, request, queryset):
+        ids = list(queryset.values_list("id", flat=True))
+        confirmed = Subscriber.objects.confirm_pending(ids)
+        self.message_user(request, f"{len(confirmed)} subscriber(s) confirmed.", messages.SUCCESS)
+        if len(ids) > len(confirmed):
+            self.message_user(request, f"{len(ids) - len(confirmed)} left alone: not pending "
+                              "(an unsubscribed address is never confirmed from here).",
+                              messages.WARNING)
+
+    def get_urls(self):
+        return [
+            path("import/", self.admin_site.admin_view(self.import_view),
+                 name="growth_subscriber_import"),
+            *super().get_urls(),
+        ]
+
+    def import_view(self, request):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        segments = scoped_choices(Segment, request)
+        form = SubscriberImportForm(request.POST or None, request.FILES or None, segments=segments)
+        report = error = None
+        if request.method == "POST" and form.is_valid():
+            try:
+                report = import_subscribers(
+                    segment_id=form.cleaned_data["segment"].id,
+                    addresses=read_csv(form.cleaned_data["file"]),
+                    status=form.cleaned_data["status"],
+                    skip_invalid=form.cleaned_data["skip_invalid"],
+                    check_only=form.cleaned_data["check_only"])
+            except UnreadableFile as exc:
+                error = f"Nothing was imported: {exc}"
+            except ValidationError as exc:
+                error = f"Nothing was imported: {' '.join(exc.messages)}"
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts, "title": "Import subscribers", "form": form, "report": report,
+            "error": error, "segment": form.cleaned_data.get("segment") if report else None,
+        }
+        return TemplateResponse(request, "growth/admin/subscriber_import.html", context)
+
+
+class SuppressionForm(forms.ModelForm):
+    class Meta:
+        model = Suppression
+        fields = ["account", "email_lower", "reason", "campaign"]
+
+    def clean_email_lower(self):
+        try:
+            return parse_address(self.cleaned_data["email_lower"]).email_lower
+        except ValidationError as exc:
+            raise ValidationError(exc.messages) from None
+
+    def clean(self):
+        cleaned = super().clean()
+        campaign, account = cleaned.get("campaign"), cleaned.get("account")
+        email_lower = cleaned.get("email_lower")
+        if campaign and account and campaign.account_id != account.id:
+            self.add_error("campaign", "This campaign belongs to another account.")
+        if account and email_lower and (Suppression.objects.filter(account=account, email_lower=email_lower)
+                                        .exclude(pk=self.instance.pk).exists()):
+            self.add_error("email_lower", "This address is already suppressed for this account.")
+        return cleaned
+
+
+@admin.register(Suppression)
+class SuppressionAdmin(TenantScopedAdmin):
+    form = SuppressionForm
+    list_display = ["email_lower", "account", "reason", "campaign", "created_at"]
+    list_filter = ["reason", ("account", ScopedRelatedFilter)]
+    list_select_related = ["account", "campaign"]
+    search_fields = ["email_lower"]
+    readonly_fields = ["created_at"]
+    show_facets = admin.ShowFacets.NEVER

@@ -1,0 +1,258 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.loader import render_to_string
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+
+from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin
+from growth.models import Campaign, Send
+from growth.previews import SendTestFailed, preview_campaign, send_test_message
+from growth.services import (
+    TransitionRefused,
+    approve_campaign,
+    cancel_campaign,
+    pause_campaign,
+    resume_campaign,
+)
+
+CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segments"]
+ENGINE_FIELDS = ["status", "progress_detail", "recipients_built_at", "started_at", "finished_at",
+                 "created_at", "updated_at"]
+SEND_STATUSES = [status.value for status in Send.Status]
+MAX_MESSAGES = 20  # refusals listed one by one; beyond, a count
+MAX_TEST_SENDS = 5  # campaigns per "send a test to me" action
+
+
+class CampaignChanged(Exception):
+    """The campaign moved (approved, edited by someone else) between the form and the save."""
+
+
+class CampaignForm(forms.ModelForm):
+    # The updated_at the editor loaded: the save is a compare-and-set on it.
+    version = forms.CharField(widget=forms.HiddenInput, required=False)
+
+    class Meta:
+        model = Campaign
+        fields = "__all__"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["version"].initial = self.instance.updated_at.isoformat()
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.instance.pk and cleaned.get("version") != self.instance.updated_at.isoformat():
+            raise ValidationError(
+                "This campaign changed since you opened it (it is now %(status)s): nothing was "
+                "saved. Reload the page to see it as it is.", params={"status": self.instance.status})
+        account = cleaned.get("account") or (self.instance.account if self.instance.account_id else None)
+        segments = cleaned.get("segments")
+        if account and segments and any(s.account_id != account.id for s in segments):
+            self.add_error("segments", "Choose segments of the campaign's account only.")
+        return cleaned
+
+
+@admin.register(Campaign)
+class CampaignAdmin(TenantScopedAdmin):
+    form = CampaignForm
+    list_display = ["name", "account", "status", "scheduled_for", "progress"]
+    list_filter = ["status", ("account", ScopedRelatedFilter)]
+    list_select_related = ["account"]
+    search_fields = ["name"]
+    filter_horizontal = ["segments"]
+    actions = ["approve", "pause", "resume", "cancel", "send_test_to_me"]
+    change_form_template = "growth/admin/campaign_change_form.html"
+
+    class Media:
+        css = {"all": ["growth/admin.css"]}
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = [
+            (None, {"fields": ["name", "account", "status", "scheduled_for", "version"]}),
+            ("Content", {"fields": ["subject", "body_text", "body_html", "segments"],
+                         "description": "Editable while the campaign is a draft."}),
+        ]
+        if obj is not None:
+            fieldsets.append(("Progress", {"fields": ["progress_detail", "recipients_built_at",
+                                                      "started_at", "finished_at"]}))
+        return fieldsets
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ENGINE_FIELDS
+        if obj.status == Campaign.Status.DRAFT:
+            return [*ENGINE_FIELDS, "account"]
+        return [*ENGINE_FIELDS, "account", *CONTENT_FIELDS]
+
+    # --- the list: one aggregate query for the whole page ----------------------------------
+
+    def get_changelist_instance(self, request):
+        changelist = super().get_changelist_instance(request)
+        campaigns = list(changelist.result_list)
+        counts = Campaign.objects.progress([c.id for c in campaigns])
+        for campaign in campaigns:
+            campaign.send_counts = counts.get(campaign.id, {})
+        changelist.result_list = campaigns
+        return changelist
+
+    @admin.display(description="progress (sent / recipients)")
+    def progress(self, obj):
+        return self._progress_html(obj, compact=True)
+
+    @admin.display(description="recipients")
+    def progress_detail(self, obj):
+        return self._progress_html(obj, compact=False)
+
+    def _progress_html(self, campaign, *, compact: bool):
+        counts = getattr(campaign, "send_counts", None)
+        if counts is None:  # a change page: its own (single) aggregate
+            counts = campaign.send_counts = Campaign.objects.progress([campaign.id]).get(campaign.id, {})
+        total = sum(counts.values())
+        sent = counts.get("sent", 0)
+        return render_to_string("growth/admin/progress.html", {
+            "total": total, "sent": sent, "percent": round(100 * sent / total, 1) if total else 0,
+            "counts": [(s, counts.get(s, 0)) for s in SEND_STATUSES if counts.get(s) or not compact],
+            "sends_url": _sends_url(campaign.id), "compact": compact,
+        })
+
+    # --- saving: compare-and-set, never a save() that could write back an old status --------
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.save()
+            return
+        if obj.status == Campaign.Status.DRAFT:
+            version = Campaign.objects.update_draft(
+                campaign_id=obj.id, version=obj.updated_at, name=obj.name, subject=obj.subject,
+                body_text=obj.body_text, body_html=obj.body_html, scheduled_for=obj.scheduled_for)
+        else:
+            version = Campaign.objects.rename(campaign_id=obj.id, version=obj.updated_at,
+                                              name=obj.name)
+        if version is None:
+            status = Campaign.objects.status_of(campaign_id=obj.id)
+            raise CampaignChanged(f"“{obj}” changed while you were editing it (it is now {status}): "
+                                  "nothing was saved.")
+        obj.updated_at = version
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except CampaignChanged as exc:  # the transaction was rolled back: segments included
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+    # --- the change page: link to the sends, preview, "send a test to me" ------------------
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            context["sends_url"] = _sends_url(obj.id)
+            context["send_test_url"] = reverse("admin:growth_campaign_send_test", args=[obj.pk])
+            try:
+                context["preview"] = preview_campaign(campaign_id=obj.id)
+            except ValidationError as exc:
+                context["preview_errors"] = exc.messages
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def get_urls(self):
+        return [
+            path("<path:object_id>/send-test/", self.admin_site.admin_view(self.send_test_view),
+                 name="growth_campaign_send_test"),
+            *super().get_urls(),
+        ]
+
+    def send_test_view(self, request, object_id):
+        return require_POST(self._send_test)(request, object_id)
+
+    def _send_test(self, request, object_id):
+        campaign = get_object_or_404(self.get_queryset(request), pk=object_id)
+        if not self.has_view_permission(request, campaign):
+            raise PermissionDenied
+        self._send_tests(request, [campaign])
+        return HttpResponseRedirect(reverse("admin:growth_campaign_change", args=[campaign.pk]))
+
+    # --- actions -----------------------------------------------------------------------------
+
+    @admin.action(description="Approve selected campaigns", permissions=["change"])
+    def approve(self, request, queryset):
+        self._transition(request, queryset, approve_campaign, "approved")
+
+    @admin.action(description="Pause selected campaigns", permissions=["change"])
+    def pause(self, request, queryset):
+        self._transition(request, queryset, pause_campaign, "paused")
+
+    @admin.action(description="Resume selected campaigns", permissions=["change"])
+    def resume(self, request, queryset):
+        self._transition(request, queryset, resume_campaign, "resumed")
+
+    @admin.action(description="Cancel selected campaigns", permissions=["change"])
+    def cancel(self, request, queryset):
+        self._transition(request, queryset, cancel_campaign, "cancelled")
+
+    @admin.action(description="Send a test of the selected campaigns to me", permissions=["view"])
+    def send_test_to_me(self, request, queryset):
+        campaigns = list(queryset.select_related("account").order_by("id")[:MAX_TEST_SENDS + 1])
+        if len(campaigns) > MAX_TEST_SENDS:
+            self.message_user(request, f"Select at most {MAX_TEST_SENDS} campaigns to test.",
+                              messages.ERROR)
+            return
+        self._send_tests(request, campaigns)
+
+    def _send_tests(self, request, campaigns):
+        to = request.user.email
+        if not to:
+            self.message_user(request, "Your user has no email address: add one to receive tests.",
+                              messages.ERROR)
+            return
+        for campaign in campaigns:
+            try:
+                send_test_message(campaign_id=campaign.id, to=to)
+            except ValidationError as exc:
+                self.message_user(request, f"“{campaign}”: no test sent: {' '.join(exc.messages)}",
+                                  messages.ERROR)
+            except SendTestFailed as exc:
+                self.message_user(request, f"“{campaign}”: the test could not be sent: {exc}",
+                                  messages.ERROR)
+            else:
+                self.message_user(request, f"Sent a test of “{campaign}” to {to} (not recorded "
+                                  "as a campaign send).", messages.SUCCESS)
+
+    def _transition(self, request, queryset, transition: Callable[..., object], done: str):
+        moved, refusals = [], []
+        for campaign in queryset.order_by("id"):
+            try:
+                outcome = transition(campaign_id=campaign.id)
+            except TransitionRefused as exc:
+                refusals.append(str(exc))
+            except ValidationError as exc:
+                refusals.append(f"“{campaign}”: {' '.join(exc.messages)}")
+            else:
+                dropped = f" ({outcome} queued recipients dropped)" if isinstance(outcome, int) else ""
+                moved.append(f"“{campaign}”{dropped}")
+        if moved:
+            self.message_user(request, f"{len(moved)} campaign{'s' if len(moved) != 1 else ''} "
+                              f"{done}: {', '.join(moved)}.", messages.SUCCESS)
+        if refusals:
+            self.message_user(request, f"{len(refusals)} not {done}:", messages.WARNING)
+            for refusal in refusals[:MAX_MESSAGES]:
+                self.message_user(request, refusal, messages.WARNING)
+            if len(refusals) > MAX_MESSAGES:
+                self.message_user(request, f"… and {len(refusals) - MAX_MESSAGES} more.",
+                                  messages.WARNING)
+
+
+def _sends_url(campaign_id: int) -> str:
+    return f"{reverse('admin:growth_send_changelist')}?campaign__id__exact={campaign_id}"
+
+
+def campaign_link(campaign) -> str:
+    return format_html('<a href="{}">{}</a>',
+                       reverse("admin:growth_campaign_change", args=[campaign.pk]), campaign)

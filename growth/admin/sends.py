@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.template.defaultfilters import truncatechars
+from django.urls import reverse
+from django.utils.html import format_html
+
+from growth.addresses import parse_address
+from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin
+from growth.models import Send
+from growth.send_review import Review, mark_delivered, retry_unknown
+
+
+@admin.register(Send)
+class SendAdmin(TenantScopedAdmin):
+    """Read only: rows move only through the engine, and an operator's two decisions about rows
+    left 'unknown' by a crash."""
+
+    list_display = ["job_id", "email", "campaign_link", "status", "attempts", "sent_at",
+                    "updated_at", "error"]
+    list_filter = ["status", ("campaign", ScopedRelatedFilter)]
+    list_select_related = ["campaign"]
+    search_fields = ["email_lower", "job_id"]  # see get_search_results: exact, index-backed
+    search_help_text = "An exact address, or a job id (campaign:<campaign id>:<subscriber id>)."
+    ordering = ["-id"]
+    show_full_result_count = False  # one COUNT per page is enough on a table of millions
+    show_facets = admin.ShowFacets.NEVER
+    actions = ["retry_same_key", "mark_as_delivered"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in self.opts.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_review_permission(self, request):
+        """May decide about 'unknown' rows (the actions below)."""
+        return request.user.has_perm("growth.change_send")
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if term.startswith("campaign:"):
+            return queryset.filter(job_id=term), False
+        try:
+            email_lower = parse_address(term).email_lower
+        except ValidationError:
+            return queryset.none(), False
+        return queryset.filter(email_lower=email_lower), False
+
+    @admin.display(description="campaign", ordering="campaign_id")
+    def campaign_link(self, obj):
+        return format_html('<a href="{}">{}</a>',
+                           reverse("admin:growth_campaign_change", args=[obj.campaign_id]),
+                           obj.campaign)
+
+    @admin.display(description="last error")
+    def error(self, obj):
+        return truncatechars(obj.last_error, 80)
+
+    @admin.action(description="Retry selected unknown sends (same key) → queued",
+                  permissions=["review"])
+    def retry_same_key(self, request, queryset):
+        unknown, others = _split(queryset)
+        review = retry_unknown(send_ids=unknown)
+        self._report(request, review, others, "queued again with the same key")
+        if review.reopened_campaigns:
+            self.message_user(request, f"{len(review.reopened_campaigns)} finished campaign(s) went "
+                              "back to sending so that the worker sends these rows.", messages.INFO)
+
+    @admin.action(description="Mark selected unknown sends as delivered → sent",
+                  permissions=["review"])
+    def mark_as_delivered(self, request, queryset):
+        unknown, others = _split(queryset)
+        self._report(request, mark_delivered(send_ids=unknown), others, "marked as delivered")
+
+    def _report(self, request, review: Review, others: int, done: str) -> None:
+        level = messages.SUCCESS if review.changed else messages.WARNING
+        self.message_user(request, f"{review.changed} send{'s' if review.changed != 1 else ''} {done}.",
+                          level)
+        if others:
+            self.message_user(request, f"{others} left alone: not unknown (only unknown sends can "
+                              "be retried or marked as delivered).", messages.WARNING)
+        for why, count in sorted(review.skipped.items()):
+            self.message_user(request, f"{count} left alone: {why}.", messages.WARNING)
+
+
+def _split(queryset) -> tuple[list[int], int]:
+    """Return the ids of the selected unknown rows, and how many other rows were selected."""
+    unknown = list(queryset.filter(status=Send.Status.UNKNOWN).values_list("id", flat=True))
+    return unknown, queryset.count() - len(unknown)

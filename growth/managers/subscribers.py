@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import models
+
+from growth.managers.queries import fetchall, load_beside
+
+QUERIES = load_beside(__file__)
+
+
+class SubscriberManager(models.Manager):
+    """Bulk writes to growth_subscribers (see subscribers.sql)."""
+
+    def add_many(self, *, segment_id: int, addresses: Sequence[tuple[str, str]],
+                 status: str) -> set[str]:
+        """Insert (email, email_lower) pairs into a segment in one statement; return the keys
+        inserted. Addresses already in the segment are left exactly as they are."""
+        if not addresses:
+            return set()
+        return {row[0] for row in fetchall(QUERIES["add_many"], {
+            "segment_id": segment_id, "status": status,
+            "emails": [email for email, _ in addresses],
+            "email_lowers": [key for _, key in addresses],
+        })}
+
+    def confirm_pending(self, subscriber_ids: Sequence[int]) -> list[int]:
+        """Move pending subscribers to confirmed; return the ids moved (others are untouched)."""
+        return [row[0] for row in fetchall(QUERIES["confirm_pending"], {"ids": list(subscriber_ids)})]

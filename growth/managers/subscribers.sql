@@ -1,0 +1,21 @@
+-- Subscriber writes that must not race a recipient's opt-out: a status is only ever moved by a
+-- compare-and-set, and an import never touches a row that already exists.
+
+-- add_many --
+-- An import: every new address of the segment, in one statement (all or nothing). An address
+-- already in the segment keeps its row, status included: an import never re-subscribes anyone.
+INSERT INTO growth_subscribers (account_id, segment_id, email, email_lower, status)
+SELECT g.account_id, g.id, r.email, r.email_lower, %(status)s
+  FROM growth_segments g,
+       unnest(%(emails)s::text[], %(email_lowers)s::text[]) AS r(email, email_lower)
+ WHERE g.id = %(segment_id)s
+ON CONFLICT (segment_id, email_lower) DO NOTHING
+RETURNING email_lower;
+
+-- confirm_pending --
+-- pending -> confirmed only: an unsubscribed address is never confirmed again from here
+UPDATE growth_subscribers
+   SET status = 'confirmed'
+ WHERE id = ANY(%(ids)s)
+   AND status = 'pending'
+RETURNING id;

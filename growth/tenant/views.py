@@ -1,0 +1,171 @@
+from __future__ import annotations
+
+import csv
+from datetime import UTC
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods
+
+from growth.address_files import UnreadableFile, read_csv, read_text
+from growth.imports import import_suppressions
+from growth.models import Membership, Subscriber, Suppression
+from growth.opt_outs import lookup_address, remove_suppression
+from growth.tenant.access import LOGIN_URL, member_view
+from growth.tenant.forms import AddSuppressionsForm, ImportSuppressionsForm, LookupForm
+
+PAGE_SIZE = 50
+SHOWN_IN_MESSAGES = 10  # addresses named in a message; beyond, a count
+
+
+@require_GET
+@login_required(login_url=LOGIN_URL)
+def home(request: HttpRequest) -> HttpResponse:
+    """The accounts the user belongs to; straight to the list when there is only one."""
+    memberships = list(Membership.objects.filter(user=request.user).select_related("account")
+                       .order_by("account__name"))
+    if len(memberships) == 1:
+        return redirect("growth:tenant:suppressions", slug=memberships[0].account.slug)
+    return render(request, "growth/tenant/home.html", {"memberships": memberships})
+
+
+@require_GET
+@member_view()
+def suppression_list(request: HttpRequest, member: Membership) -> HttpResponse:
+    query = request.GET.get("q", "").strip()
+    reason = request.GET.get("reason", "")
+    suppressions = (Suppression.objects.filter(account=member.account).select_related("campaign")
+                    .order_by("-created_at", "-id"))
+    if query:
+        suppressions = suppressions.filter(email_lower__icontains=query)
+    if reason in Suppression.Reason.values:
+        suppressions = suppressions.filter(reason=reason)
+    page = Paginator(suppressions, PAGE_SIZE).get_page(request.GET.get("page"))
+    return _page(request, member, "suppression_list.html", page=page, query=query, reason=reason,
+                 reasons=Suppression.Reason.choices)
+
+
+@require_http_methods(["GET", "POST"])
+@member_view(edit=True)
+def suppression_add(request: HttpRequest, member: Membership) -> HttpResponse:
+    form = AddSuppressionsForm(request.POST or None)
+    invalid = []
+    if request.method == "POST" and form.is_valid():
+        addresses = read_text(form.cleaned_data["addresses"])
+        report = import_suppressions(account_id=member.account_id, addresses=addresses,
+                                     reason=form.cleaned_data["reason"])
+        if report.imported:
+            _say_added(request, report)
+            return redirect("growth:tenant:suppressions", slug=member.account.slug)
+        invalid = report.invalid  # nothing added; the form keeps what was typed
+        form.add_error("addresses", f"Nothing was added: {len(invalid)} invalid "
+                                    f"address{'es' if len(invalid) != 1 else ''}.")
+    return _page(request, member, "suppression_add.html", form=form, invalid=invalid)
+
+
+@require_http_methods(["GET", "POST"])
+@member_view(edit=True)
+def suppression_remove(request: HttpRequest, member: Membership, pk: int) -> HttpResponse:
+    """GET asks for confirmation; POST removes. Another tenant's id is a 404, like a missing one."""
+    if request.method == "POST":
+        try:
+            address = remove_suppression(account_id=member.account_id, suppression_id=pk)
+        except Suppression.DoesNotExist:
+            raise Http404("There is no such suppression in this account.") from None
+        messages.success(request, f"{address} is no longer suppressed.")
+        return redirect("growth:tenant:suppressions", slug=member.account.slug)
+    suppression = get_object_or_404(Suppression.objects.select_related("campaign"),
+                                    pk=pk, account=member.account)
+    unsubscribed = Subscriber.objects.filter(account=member.account,
+                                             email_lower=suppression.email_lower,
+                                             status=Subscriber.Status.UNSUBSCRIBED).count()
+    return _page(request, member, "suppression_remove.html", suppression=suppression,
+                 unsubscribed=unsubscribed)
+
+
+@require_http_methods(["GET", "POST"])
+@member_view(edit=True)
+def suppression_import(request: HttpRequest, member: Membership) -> HttpResponse:
+    form = ImportSuppressionsForm(request.POST or None, request.FILES or None)
+    report = error = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            report = import_suppressions(account_id=member.account_id,
+                                         addresses=read_csv(form.cleaned_data["file"]),
+                                         skip_invalid=form.cleaned_data["skip_invalid"],
+                                         check_only=form.cleaned_data["check_only"])
+        except UnreadableFile as exc:
+            error = f"Nothing was imported: {exc}"
+    return _page(request, member, "suppression_import.html", form=form, report=report, error=error)
+
+
+@require_GET
+@member_view()
+def suppression_export(request: HttpRequest, member: Membership) -> StreamingHttpResponse:
+    """The whole list as CSV, streamed (a list can be long); the import reads it back as is."""
+    rows = (Suppression.objects.filter(account=member.account).order_by("email_lower")
+            .values_list("email_lower", "reason", "created_at", "campaign__name")
+            .iterator(chunk_size=2000))
+    writer = csv.writer(_Echo())
+
+    def lines():
+        yield writer.writerow(["email", "reason", "suppressed_at", "campaign"])
+        for email, reason, created_at, campaign in rows:
+            yield writer.writerow([email, reason, created_at.astimezone(UTC).isoformat(),
+                                   _spreadsheet_safe(campaign or "")])
+
+    filename = f"{member.account.slug}-suppressions-{timezone.now():%Y%m%d}.csv"
+    return StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8", headers={
+        "Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+@require_GET
+@member_view()
+def lookup(request: HttpRequest, member: Membership) -> HttpResponse:
+    form = LookupForm(request.GET if "email" in request.GET else None)
+    result = None
+    if form.is_bound and form.is_valid():
+        try:
+            result = lookup_address(account_id=member.account_id, raw=form.cleaned_data["email"])
+        except ValidationError as exc:
+            form.add_error("email", exc.messages)
+    return _page(request, member, "lookup.html", form=form, result=result)
+
+
+def _page(request: HttpRequest, member: Membership, template: str, **context) -> HttpResponse:
+    """Render a page of the account, with what the layout needs (the account switcher)."""
+    others = (Membership.objects.filter(user=request.user).exclude(id=member.id)
+              .select_related("account").order_by("account__name"))
+    return render(request, f"growth/tenant/{template}", {
+        "member": member, "account": member.account, "other_memberships": others, **context})
+
+
+def _say_added(request: HttpRequest, report) -> None:
+    added = [entry.address.email_lower for entry in report.accepted]
+    already = [d.email for d in report.duplicates if d.why == "already suppressed"]
+    if added:
+        messages.success(request, f"Suppressed {len(added)}: {_names(added)}.")
+    if already:
+        messages.info(request, f"Already suppressed, left as they were: {_names(already)}.")
+
+
+def _names(addresses: list[str]) -> str:
+    shown = ", ".join(addresses[:SHOWN_IN_MESSAGES])
+    more = len(addresses) - SHOWN_IN_MESSAGES
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _spreadsheet_safe(text: str) -> str:
+    """Keep a campaign name from being run as a formula when the file is opened in a spreadsheet."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+

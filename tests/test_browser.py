@@ -1,0 +1,219 @@
+"""Real-browser tests: Playwright driving Debian's chromium (headless) against a live server.
+
+Skipped, with the reason, when /usr/bin/chromium is absent (``apt-get install chromium``), unless
+REQUIRE_BROWSER_TESTS is set, as .ci/run sets it: there a missing browser fails the run.
+Set SCREENSHOT_DIR to keep a screenshot of each page the tests reach.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+from growth.models import Campaign, Subscriber, Suppression
+from growth.unsubscribe import make_token
+from tests.factories import (
+    AccountFactory,
+    CampaignFactory,
+    SegmentFactory,
+    SubscriberFactory,
+    member,
+    operator,
+    sending_campaign,
+)
+
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+PHONE = {"width": 375, "height": 740}
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} is missing: apt-get install chromium to run the browser tests"
+        if os.environ.get("REQUIRE_BROWSER_TESTS"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are
+    # still synchronous and safe.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                              args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, live_server):
+    context = browser.new_context(base_url=live_server.url)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    yield page
+    context.close()
+
+
+def shot(page, name: str) -> None:
+    if directory := os.environ.get("SCREENSHOT_DIR"):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(directory) / f"{name}.png"), full_page=True)
+
+
+def log_in(page, path: str, username: str) -> None:
+    page.goto(path)
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw")
+    page.get_by_role("button", name=re.compile("Log in", re.I)).click()
+
+
+def test_an_operator_approves_then_pauses_a_campaign_in_the_admin(page):
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="Acme")
+    SubscriberFactory(segment=SegmentFactory(account=account), email="ann@example.com")
+    campaign = CampaignFactory(account=account, name="Spring sale")
+    operator(account, username="olga")
+    log_in(page, reverse("admin:login"), "olga")
+    page.goto(reverse("admin:growth_campaign_changelist"))
+    shot(page, "admin-campaigns-draft")
+
+    def run(action: str) -> None:
+        page.check(f'input[name="_selected_action"][value="{campaign.pk}"]')
+        page.select_option('select[name="action"]', action)
+        page.click('button[name="index"]')
+
+    run("approve")
+    expect(page.locator(".messagelist")).to_contain_text("1 campaign approved: “Spring sale”.")
+    campaign.refresh_from_db()
+    assert campaign.status == "approved"
+
+    assert Campaign.objects.start_due() == [campaign.id]  # what the worker does next
+    page.goto(reverse("admin:growth_campaign_changelist"))
+    run("pause")
+    expect(page.locator(".messagelist")).to_contain_text("1 campaign paused: “Spring sale”.")
+    expect(page.locator("#result_list tbody")).to_contain_text("Paused")
+    shot(page, "admin-campaigns-paused")
+    campaign.refresh_from_db()
+    assert campaign.status == "paused"
+
+    run("pause")  # again: refused, with the reason
+    expect(page.locator(".messagelist")).to_contain_text(
+        "“Spring sale” is paused: only a sending campaign can be paused.")
+
+
+def test_the_campaign_page_shows_progress_and_a_preview(page):
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="Acme")
+    campaign = sending_campaign(count=4, account=account, name="Spring sale",
+                                body_html="<h1>Spring</h1><p>Hello {{ email }}</p>")
+    operator(account, username="olga")
+    log_in(page, reverse("admin:login"), "olga")
+    page.goto(reverse("admin:growth_campaign_change", args=[campaign.pk]))
+    expect(page.locator(".growth-progress")).to_contain_text("0 / 4 sent")
+    frame = page.frame_locator("iframe.growth-preview__html")
+    expect(frame.locator("h1")).to_have_text("Spring")
+    shot(page, "admin-campaign-change")
+
+
+def test_a_tenant_adds_finds_and_removes_a_suppression(page):
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="Acme", slug="acme")
+    Suppression.objects.create(account=account, email_lower="already@example.com", reason="bounced")
+    member(account, username="tina")
+    log_in(page, reverse("growth:tenant:login"), "tina")
+    expect(page.locator("h1")).to_have_text("Suppression list")
+
+    page.get_by_role("link", name="Add", exact=True).click()
+    page.fill("textarea[name=addresses]", "Noisy@Example.com\nquiet@example.com")
+    page.get_by_role("button", name="Suppress").click()
+    expect(page.locator(".messages")).to_contain_text("Suppressed 2: noisy@example.com, quiet@example.com.")
+    shot(page, "tenant-list")
+
+    page.fill("input[name=q]", "noisy")
+    page.get_by_role("button", name="Search").click()
+    rows = page.locator("tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("noisy@example.com")
+
+    rows.first.get_by_role("link", name=re.compile("Remove")).click()
+    expect(page.locator("h1")).to_contain_text("noisy@example.com")
+    shot(page, "tenant-remove-confirm")
+    assert Suppression.objects.filter(email_lower="noisy@example.com").exists()  # not yet
+    page.get_by_role("button", name="Remove").click()
+    expect(page.locator(".messages")).to_contain_text("noisy@example.com is no longer suppressed.")
+    assert sorted(Suppression.objects.values_list("email_lower", flat=True)) == [
+        "already@example.com", "quiet@example.com"]
+
+
+def test_a_recipient_opens_the_link_and_unsubscribes(page):
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="Acme Books")
+    campaign = CampaignFactory(account=account)
+    subscriber = SubscriberFactory(segment=SegmentFactory(account=account), email="reader@example.com")
+    token = make_token(account_id=account.id, subscriber_id=subscriber.id, campaign_id=campaign.id)
+    response = page.goto(reverse("growth:unsubscribe", args=[token]))
+    assert response.status == 200
+    expect(page.locator("h1")).to_have_text("Unsubscribe from Acme Books?")
+    shot(page, "public-confirm")
+    assert not Suppression.objects.exists()  # opening the link changed nothing
+    page.get_by_role("button", name="Unsubscribe").click()
+    expect(page.locator("h1")).to_have_text("You are unsubscribed")
+    shot(page, "public-done")
+    suppression = Suppression.objects.get()
+    assert (suppression.email_lower, suppression.reason, suppression.campaign_id) == (
+        "reader@example.com", "unsubscribed", campaign.id)
+    subscriber.refresh_from_db()
+    assert subscriber.status == Subscriber.Status.UNSUBSCRIBED
+
+    bad = page.goto(reverse("growth:unsubscribe", args=[token[:-3]]))
+    assert bad.status == 400
+    expect(page.locator("h1")).to_have_text("This link is not valid")
+
+
+def test_a_tenant_user_cannot_reach_another_tenants_pages(page):
+    mine = AccountFactory(name="Acme", slug="acme")
+    theirs = AccountFactory(name="Globex", slug="globex")
+    secret = Suppression.objects.create(account=theirs, email_lower="secret@globex.example")
+    member(mine, username="tina")
+    log_in(page, reverse("growth:tenant:login"), "tina")
+    for path in (reverse("growth:tenant:suppressions", args=["globex"]),
+                 reverse("growth:tenant:suppression-remove", args=["globex", secret.pk]),
+                 reverse("growth:tenant:suppression-remove", args=["acme", secret.pk]),
+                 reverse("growth:tenant:lookup", args=["globex"]) + "?email=secret@globex.example"):
+        response = page.goto(path)
+        assert response.status == 404, path
+        assert "secret@globex.example" not in page.content()
+        assert "Globex" not in page.content()
+    assert Suppression.objects.filter(pk=secret.pk).exists()
+
+
+def test_the_tenant_pages_fit_a_phone(browser, live_server):
+    account = AccountFactory(name="Acme Books International", slug="acme")
+    campaign = CampaignFactory(account=account, name="A rather long campaign name, spring edition")
+    for n in range(3):
+        Suppression.objects.create(account=account, reason="unsubscribed", campaign=campaign,
+                                   email_lower=f"someone.with.a.long.address{n}@subdomain.example.com")
+    member(account, username="tina")
+    context = browser.new_context(base_url=live_server.url, viewport=PHONE, is_mobile=True)
+    page = context.new_page()
+    try:
+        log_in(page, reverse("growth:tenant:login"), "tina")
+        for name in ("suppressions", "suppression-add", "suppression-import", "lookup"):
+            page.goto(reverse(f"growth:tenant:{name}", args=["acme"]))
+            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"{name} is {overflow}px wider than the phone"
+            shot(page, f"phone-{name}")
+    finally:
+        context.close()

@@ -1,0 +1,305 @@
+"""The tenants' opt-out UI under /app/: scoped by membership, CSRF everywhere, nothing lost."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from django.contrib.messages import get_messages
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
+
+from growth.models import Send, Suppression
+from tests.factories import (
+    AccountFactory,
+    CampaignFactory,
+    SegmentFactory,
+    SubscriberFactory,
+    UserFactory,
+    member,
+    sending_campaign,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def url(name: str, account, *args) -> str:
+    return reverse(f"growth:tenant:{name}", args=[account.slug, *args])
+
+
+def texts(response) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+@pytest.fixture
+def tenant():
+    return AccountFactory(name="Acme", slug="acme")
+
+
+@pytest.fixture
+def other_tenant():
+    return AccountFactory(name="Globex", slug="globex")
+
+
+@pytest.fixture
+def user(client, tenant):
+    user = member(tenant)
+    client.force_login(user)
+    return user
+
+
+def suppress(account, email, reason="manual", campaign=None):
+    return Suppression.objects.create(account=account, email_lower=email, reason=reason,
+                                      campaign=campaign)
+
+
+# --- logging in -----------------------------------------------------------------------------
+
+def test_every_page_needs_a_login(client, tenant):
+    for name in ("suppressions", "suppression-add", "suppression-import", "suppression-export",
+                 "lookup"):
+        response = client.get(url(name, tenant))
+        assert response.status_code == 302
+        assert response["Location"].startswith("/app/login/?next=/app/accounts/acme/")
+    assert client.get(reverse("growth:tenant:home"))["Location"].startswith("/app/login/")
+
+
+def test_logging_in_and_out_with_a_password_and_csrf(tenant):
+    user = member(tenant, username="ann")
+    browser = Client(enforce_csrf_checks=True)
+    login = reverse("growth:tenant:login")
+
+    def token() -> str:
+        return browser.cookies["csrftoken"].value
+
+    assert browser.post(login, {"username": "ann", "password": "pw"}).status_code == 403  # no token
+    browser.get(login)
+    response = browser.post(login, {"username": "ann", "password": "wrong", "csrfmiddlewaretoken": token()})
+    assert response.status_code == 200 and "didn't match" in response.content.decode()
+    response = browser.post(login, {"username": "ann", "password": "pw", "csrfmiddlewaretoken": token()},
+                            follow=True)
+    assert response.redirect_chain[-1][0] == url("suppressions", tenant)
+    assert response.wsgi_request.user == user
+    assert browser.post(reverse("growth:tenant:logout"), {"csrfmiddlewaretoken": token()}).status_code == 302
+    assert browser.get(url("suppressions", tenant)).status_code == 302
+
+
+def test_home_lists_the_users_accounts(client, tenant, other_tenant):
+    user = member(tenant)
+    client.force_login(user)
+    assert client.get(reverse("growth:tenant:home"))["Location"] == url("suppressions", tenant)
+    from growth.models import Membership
+
+    Membership.objects.create(user=user, account=other_tenant, role="viewer")
+    body = client.get(reverse("growth:tenant:home")).content.decode()
+    assert "Acme" in body and "Globex" in body and "Viewer" in body
+    client.force_login(UserFactory())
+    assert "not a member of any account" in client.get(reverse("growth:tenant:home")).content.decode()
+
+
+# --- scoping ---------------------------------------------------------------------------------
+
+def test_another_tenants_account_is_a_404_like_a_missing_one(client, user, other_tenant):
+    theirs = suppress(other_tenant, "secret@example.com")
+    missing = AccountFactory.build(slug="no-such-account")
+    for account in (other_tenant, missing):
+        for name, args in (("suppressions", ()), ("suppression-add", ()), ("suppression-import", ()),
+                           ("suppression-export", ()), ("lookup", ()),
+                           ("suppression-remove", (theirs.pk,))):
+            response = client.get(url(name, account, *args))
+            assert response.status_code == 404, (account.slug, name)
+            assert b"secret@example.com" not in response.content
+    response = client.post(url("suppression-remove", other_tenant, theirs.pk))
+    assert response.status_code == 404
+    assert Suppression.objects.filter(pk=theirs.pk).exists()
+
+
+def test_another_tenants_suppression_id_under_my_account_is_a_404(client, user, tenant, other_tenant):
+    theirs = suppress(other_tenant, "secret@example.com")
+    response = client.get(url("suppression-remove", tenant, theirs.pk))
+    assert response.status_code == 404 and b"secret@example.com" not in response.content
+    assert client.post(url("suppression-remove", tenant, theirs.pk)).status_code == 404
+    assert Suppression.objects.filter(pk=theirs.pk).exists()
+
+
+def test_the_list_shows_only_the_accounts_suppressions(client, user, tenant, other_tenant):
+    suppress(tenant, "mine@example.com")
+    suppress(other_tenant, "theirs@example.com")
+    body = client.get(url("suppressions", tenant)).content.decode()
+    assert "mine@example.com" in body and "theirs@example.com" not in body
+
+
+# --- the list ------------------------------------------------------------------------------------
+
+def test_the_list_shows_reason_date_and_source_campaign(client, user, tenant):
+    campaign = CampaignFactory(account=tenant, name="Spring sale")
+    suppress(tenant, "gone@example.com", reason="unsubscribed", campaign=campaign)
+    body = client.get(url("suppressions", tenant)).content.decode()
+    assert "gone@example.com" in body and "Unsubscribed" in body and "Spring sale" in body
+    assert "<time datetime=" in body
+
+
+def test_search_filter_and_pages(client, user, tenant):
+    Suppression.objects.bulk_create(
+        [Suppression(account=tenant, email_lower=f"user{n:03}@example.com") for n in range(120)]
+        + [Suppression(account=tenant, email_lower="bounce@example.org", reason="bounced")])
+    first = client.get(url("suppressions", tenant)).content.decode()
+    assert "121 addresses" in first and "Page 1 of 3" in first and first.count("<tr>") == 51
+    third = client.get(url("suppressions", tenant), {"page": 3}).content.decode()
+    assert third.count("<tr>") == 22
+    found = client.get(url("suppressions", tenant), {"q": "USER01"}).content.decode()
+    assert "10 addresses found" in found and "user010@example.com" in found
+    bounced = client.get(url("suppressions", tenant), {"reason": "bounced"}).content.decode()
+    assert "bounce@example.org" in bounced and "user000" not in bounced
+    assert client.get(url("suppressions", tenant), {"page": "junk"}).status_code == 200
+
+
+# --- adding --------------------------------------------------------------------------------------
+
+def test_adding_one_or_many_addresses(client, user, tenant):
+    suppress(tenant, "old@example.com", reason="bounced")
+    response = client.post(url("suppression-add", tenant), {
+        "addresses": "New@Example.com\nother@example.com, OLD@example.com", "reason": "complained"},
+        follow=True)
+    assert response.redirect_chain[-1][0] == url("suppressions", tenant)
+    assert texts(response) == ["Suppressed 2: new@example.com, other@example.com.",
+                               "Already suppressed, left as they were: OLD@example.com."]
+    assert dict(Suppression.objects.values_list("email_lower", "reason")) == {
+        "old@example.com": "bounced", "new@example.com": "complained", "other@example.com": "complained"}
+
+
+def test_an_invalid_address_adds_nothing_and_keeps_what_was_typed(client, user, tenant):
+    typed = "good@example.com\nnot-an-address\n"
+    response = client.post(url("suppression-add", tenant), {"addresses": typed, "reason": "manual"})
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "Nothing was added: 1 invalid address." in body
+    assert "Line 2: <code>not-an-address</code>" in body
+    assert "good@example.com\nnot-an-address" in body  # still in the textarea
+    assert not Suppression.objects.exists()
+
+
+def test_adding_refuses_reasons_a_tenant_cannot_claim(client, user, tenant):
+    response = client.post(url("suppression-add", tenant), {"addresses": "a@example.com",
+                                                            "reason": "unsubscribed"})
+    assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
+    assert not Suppression.objects.exists()
+
+
+# --- removing ------------------------------------------------------------------------------------
+
+def test_removing_asks_first_then_removes_and_a_repeat_is_harmless(client, user, tenant):
+    segment = SegmentFactory(account=tenant)
+    SubscriberFactory(segment=segment, email="gone@example.com", status="unsubscribed")
+    row = suppress(tenant, "gone@example.com", reason="unsubscribed")
+    page = client.get(url("suppression-remove", tenant, row.pk))
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "Remove <span class=\"address\">gone@example.com</span>" in body
+    assert "stays unsubscribed in 1 segment" in body
+    assert Suppression.objects.filter(pk=row.pk).exists()  # a GET changes nothing
+    response = client.post(url("suppression-remove", tenant, row.pk), follow=True)
+    assert texts(response) == ["gone@example.com is no longer suppressed."]
+    assert not Suppression.objects.exists()
+    assert client.post(url("suppression-remove", tenant, row.pk)).status_code == 404
+
+
+# --- import and export ---------------------------------------------------------------------------
+
+def test_import_reports_and_export_reads_back(client, user, tenant, other_tenant):
+    campaign = CampaignFactory(account=tenant, name="=HYPERLINK(\"x\")")
+    suppress(tenant, "kept@example.com", reason="unsubscribed", campaign=campaign)
+    suppress(other_tenant, "theirs@example.com")
+    upload = SimpleUploadedFile("list.csv", b"email\nnew@example.com\nkept@example.com\nbad@\n")
+    body = client.post(url("suppression-import", tenant), {"file": upload, "skip_invalid": "on"}
+                       ).content.decode()
+    assert "Imported 1 address" in body
+    assert "<td>3</td><td>kept@example.com</td><td>already suppressed</td>" in body
+    assert "<td>4</td><td><code>bad@</code></td>" in body
+    response = client.get(url("suppression-export", tenant))
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert response["Content-Disposition"].startswith('attachment; filename="acme-suppressions-')
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[0] == ["email", "reason", "suppressed_at", "campaign"]
+    assert [(r[0], r[1], r[3]) for r in rows[1:]] == [
+        ("kept@example.com", "unsubscribed", "'=HYPERLINK(\"x\")"), ("new@example.com", "imported", "")]
+    # the export is a valid import: all duplicates
+    again = SimpleUploadedFile("export.csv", b"".join(client.get(url("suppression-export", tenant))
+                                                     .streaming_content))
+    body = client.post(url("suppression-import", tenant), {"file": again}).content.decode()
+    assert "Imported 0 addresses" in body and body.count("<td>already suppressed</td>") == 2
+
+
+def test_an_import_with_an_invalid_line_imports_nothing_by_default(client, user, tenant):
+    upload = SimpleUploadedFile("list.csv", b"a@example.com\nnope\n")
+    body = client.post(url("suppression-import", tenant), {"file": upload}).content.decode()
+    assert "Nothing was imported:" in body
+    assert not Suppression.objects.exists()
+
+
+def test_an_unreadable_import_imports_nothing(client, user, tenant):
+    upload = SimpleUploadedFile("list.csv", b"a@example.com\n\xff\n")
+    body = client.post(url("suppression-import", tenant), {"file": upload, "skip_invalid": "on"}
+                       ).content.decode()
+    assert "Nothing was imported: Line 2 is not UTF-8 text" in body
+    assert not Suppression.objects.exists()
+
+
+# --- lookup --------------------------------------------------------------------------------------
+
+def test_lookup_shows_status_suppression_and_the_campaigns_that_reached_the_address(client, user, tenant):
+    campaign = sending_campaign(count=2, account=tenant, name="Spring sale")
+    Send.objects.filter(campaign=campaign, email_lower="person0@example.com").update(status="sent")
+    elsewhere = sending_campaign(count=2, name="Someone else's")  # person0 there too
+    assert Send.objects.filter(campaign=elsewhere, email_lower="person0@example.com").exists()
+    suppress(tenant, "person0@example.com", reason="bounced")
+    body = client.get(url("lookup", tenant), {"email": "PERSON0@example.com"}).content.decode()
+    assert "person0@example.com" in body
+    assert "Suppressed</strong> (bounced)" in body
+    assert "Confirmed" in body
+    assert "Reached by 1 campaign." in body and "Spring sale" in body
+    assert "Someone else" not in body
+    body = client.get(url("lookup", tenant), {"email": "nobody@example.com"}).content.decode()
+    assert "Not on the suppression list." in body and "Not a subscriber of Acme." in body
+    assert "Reached by 0 campaigns." in body
+    body = client.get(url("lookup", tenant), {"email": "broken@@"}).content.decode()
+    assert "not a valid email address" in body or "valid email" in body
+
+
+# --- roles and CSRF ------------------------------------------------------------------------------
+
+def test_a_viewer_reads_but_cannot_change_anything(client, tenant):
+    client.force_login(member(tenant, role="viewer"))
+    row = suppress(tenant, "kept@example.com")
+    body = client.get(url("suppressions", tenant)).content.decode()
+    assert "kept@example.com" in body and "Remove" not in body and "read only" in body
+    assert client.get(url("lookup", tenant), {"email": "kept@example.com"}).status_code == 200
+    assert client.get(url("suppression-export", tenant)).status_code == 200
+    for name, args in (("suppression-add", ()), ("suppression-import", ()),
+                       ("suppression-remove", (row.pk,))):
+        assert client.get(url(name, tenant, *args)).status_code == 403
+    assert client.post(url("suppression-add", tenant), {"addresses": "x@example.com",
+                                                        "reason": "manual"}).status_code == 403
+    assert client.post(url("suppression-remove", tenant, row.pk)).status_code == 403
+    assert list(Suppression.objects.values_list("email_lower", flat=True)) == ["kept@example.com"]
+
+
+def test_every_change_needs_the_csrf_token(tenant):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(member(tenant))
+    row = suppress(tenant, "kept@example.com")
+    assert browser.post(url("suppression-add", tenant), {"addresses": "x@example.com",
+                                                         "reason": "manual"}).status_code == 403
+    assert browser.post(url("suppression-remove", tenant, row.pk)).status_code == 403
+    upload = SimpleUploadedFile("list.csv", b"x@example.com\n")
+    assert browser.post(url("suppression-import", tenant), {"file": upload}).status_code == 403
+    assert list(Suppression.objects.values_list("email_lower", flat=True)) == ["kept@example.com"]
+
+
+def test_pages_carry_the_stylesheet_and_a_phone_viewport(client, user, tenant):
+    body = client.get(url("suppressions", tenant)).content.decode()
+    assert '<link rel="stylesheet" href="/static/growth/app.css">' in body
+    assert 'name="viewport" content="width=device-width, initial-scale=1"' in body
+    assert "cdn" not in body.lower()
