@@ -87,3 +87,16 @@ def test_a_rate_limited_tenant_does_not_hold_back_another():
     slow_span = Send.objects.filter(campaign=slow).aggregate(a=Min("sent_at"), b=Max("sent_at"))
     assert fast_done < slow_span["b"]  # the fast tenant finished while the slow one trickled
     assert (slow_span["b"] - slow_span["a"]).total_seconds() >= (40 - 10 - 20) / 20
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_each_limit_beside_the_rate_sent_now(admin_client, django_assert_max_num_queries):
+    campaign = sending_campaign(count=30)
+    bucket(per_second=12.5, burst=10, account=campaign.account)
+    bucket(per_second=100, burst=50, transport="growth.transports.null.NullTransport")
+    Send.objects.filter(campaign=campaign, id__in=Send.objects.values("id")[:20]).update(
+        status="sent", sent_at=timezone.now())
+    with django_assert_max_num_queries(8):  # one aggregate for the page, not one per row
+        page = admin_client.get("/admin/growth/ratelimit/").content.decode()
+    assert "12.5" in page and "2.0/s" in page  # 20 sent over the last 10 s
+    assert "transport growth.transports.null.NullTransport" in page
