@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from growth.models import Account, Campaign, Segment, Send, Subscriber, Suppression
+from growth.models import Account, Campaign, FeedbackEvent, Segment, Send, Subscriber, Suppression
 
 
 @admin.register(Account)
@@ -52,4 +52,25 @@ class SendAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(FeedbackEvent)
+class FeedbackEventAdmin(admin.ModelAdmin):
+    """What the ESPs reported, as received: read-only."""
+
+    list_display = ["received_at", "esp", "event_type", "email_lower", "account", "campaign",
+                    "suppressed"]
+    list_filter = ["esp", "event_type", "suppressed"]
+    search_fields = ["email_lower"]
+    list_select_related = ["account", "campaign"]
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
