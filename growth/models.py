@@ -15,6 +15,7 @@ from django.db.models.functions import Now
 
 from growth.addresses import parse_address
 from growth.managers.campaigns import CampaignManager
+from growth.managers.feedback import FeedbackEventManager
 from growth.managers.limits import RateLimitManager
 from growth.managers.sends import SendManager
 from growth.managers.subscribers import SubscriberManager
@@ -293,3 +294,43 @@ class RateLimit(models.Model):
     def __str__(self) -> str:
         scope = self.account or f"transport {self.transport}"
         return f"{scope}: {self.per_second:g}/s"
+
+
+class FeedbackEvent(models.Model):
+    """What an ESP reported about a message we sent: a bounce, a delay, a complaint, an opt-out.
+
+    One row per (ESP, event id, recipient), written only by ``FeedbackEventManager.record``: a
+    webhook posted again finds its row and changes nothing. Events nobody could attribute to a
+    tenant are not stored at all.
+    """
+
+    esp = models.CharField("ESP", max_length=32)
+    event_id = models.CharField(max_length=255, help_text="The ESP's, or derived from the event.")
+    event_type = models.CharField(max_length=16)
+    reject_reason = models.CharField(max_length=16, blank=True)
+    email_lower = models.CharField("recipient", max_length=320)
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="+")
+    campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="+")
+    send = models.ForeignKey(Send, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    suppressed = models.BooleanField(
+        default=False, help_text="The event suppressed the address for the tenant (it may already "
+                                 "have been suppressed); false for soft bounces and delays.")
+    description = models.CharField(max_length=1000, blank=True)
+    mta_response = models.CharField("MTA response", max_length=1000, blank=True)
+    occurred_at = models.DateTimeField(null=True, blank=True, help_text="The ESP's timestamp.")
+    received_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    objects = FeedbackEventManager()
+
+    class Meta:
+        db_table = "growth_feedback_events"
+        ordering = ["-received_at"]
+        constraints = [
+            # Per recipient as well: Amazon SES gives one id to a notification about several.
+            models.UniqueConstraint("esp", "event_id", "email_lower", name="feedback_event_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.esp} {self.event_type} {self.email_lower}"

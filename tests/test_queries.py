@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from growth.managers import campaigns, sends, suppressions
+from growth.managers import campaigns, feedback, sends, suppressions
 from growth.managers.queries import load
 
 
@@ -43,6 +43,6 @@ def test_an_empty_block_is_refused(tmp_path):
         load(write(tmp_path, "-- a --\n-- only a comment\n-- b --\nSELECT 2;\n"))
 
 
-@pytest.mark.parametrize("module", [campaigns, sends, suppressions])
+@pytest.mark.parametrize("module", [campaigns, feedback, sends, suppressions])
 def test_every_manager_query_file_loads(module):
     assert module.QUERIES and all(q.strip() for q in module.QUERIES.values())

@@ -4,6 +4,10 @@ DATABASE_URL   any PostgreSQL >= 15; unset: the embedded server under .data/ (se
 EMAIL_URL      smtp://, submission://, consolemail://, filemail:///abs/path, ... (django-environ)
 SITE_URL       public base URL of this site, used in unsubscribe links
 SENDER_IDEMPOTENT_TRANSPORT  true when the receiver de-duplicates on our Idempotency-Key
+ANYMAIL        anymail's settings as KEY=value,... (e.g. POSTMARK_SERVER_TOKEN=...)
+ANYMAIL_WEBHOOK_SECRET  user:password the ESPs' feedback webhooks must send (comma-separated
+               while rotating); ANYMAIL_MAILGUN_WEBHOOK_SIGNING_KEY, ANYMAIL_RESEND_SIGNING_SECRET
+               and ANYMAIL_AMAZON_SES_AUTO_CONFIRM_SNS_SUBSCRIPTIONS likewise (see README)
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "growth.middleware.WebhookAuthMiddleware",
 ]
 
 ROOT_URLCONF = "zylior.urls"
@@ -95,6 +100,13 @@ EMAIL_BACKEND = env.str("EMAIL_BACKEND", default=EMAIL_BACKEND)  # noqa: F821 - 
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=30)  # seconds
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="growth@localhost")
 ANYMAIL = env.dict("ANYMAIL", default={})
+# The feedback webhooks' secrets may also come one variable each, ANYMAIL_<anymail's name>; such
+# a variable wins over the same key in ANYMAIL.
+for _name, _read in {"WEBHOOK_SECRET": env.list, "MAILGUN_WEBHOOK_SIGNING_KEY": env.str,
+                     "RESEND_SIGNING_SECRET": env.str,
+                     "AMAZON_SES_AUTO_CONFIRM_SNS_SUBSCRIPTIONS": env.bool}.items():
+    if env.str(f"ANYMAIL_{_name}", default=""):
+        ANYMAIL[_name] = _read(f"ANYMAIL_{_name}")
 
 # The sending engine.
 SENDER_TRANSPORT = env.str("SENDER_TRANSPORT", default="growth.transports.django_mail.DjangoMailTransport")

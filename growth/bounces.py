@@ -1,0 +1,129 @@
+"""Which ESP feedback suppresses an address: hard vs soft, per ESP.
+
+anymail normalizes each ESP's events (``anymail.signals.EventType``), but calls some soft bounces
+"bounced" (Amazon SES ``Transient``, Postmark ``SoftBounce``, SendGrid blocks, Resend
+``Transient``) and leaves Amazon SES's ``DeliveryDelay`` "unknown". The ESP's own payload
+(``event.esp_event``) settles those. A bounce its ESP calls transient, undetermined or blocked is
+only recorded: a wrongly suppressed address is lost for good, and the ESP reports it again if
+it keeps failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from anymail.signals import AnymailTrackingEvent, EventType, RejectReason
+
+from growth.models import Suppression
+
+# Events worth a row: bad news about a delivery. Deliveries, opens and clicks are not kept.
+RECORDED = {EventType.BOUNCED, EventType.DEFERRED, EventType.REJECTED, EventType.FAILED,
+            EventType.COMPLAINED, EventType.UNSUBSCRIBED}
+
+# The ESP refused to send because of the address's history: the same verdict as that history.
+_REJECTED_BECAUSE = {
+    RejectReason.BOUNCED: Suppression.Reason.BOUNCED,
+    RejectReason.SPAM: Suppression.Reason.COMPLAINED,
+    RejectReason.UNSUBSCRIBED: Suppression.Reason.UNSUBSCRIBED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    event_type: str  # anymail's, corrected where the payload says otherwise
+    reject_reason: str  # anymail's RejectReason, or ""
+    suppress: str | None  # a Suppression.Reason, or None: record only
+
+
+def classify(esp_name: str, event: AnymailTrackingEvent) -> Verdict | None:
+    """Return what to do with the event, or None if it is not worth recording."""
+    raw = event.esp_event if isinstance(event.esp_event, dict) else {}
+    event_type = event.event_type
+    if (esp_name, event_type, raw.get("eventType")) == ("Amazon SES", EventType.UNKNOWN,
+                                                        "DeliveryDelay"):
+        event_type = EventType.DEFERRED
+    if event_type not in RECORDED:
+        return None
+    reason = _REJECT_REASON.get(esp_name, _anymail_reject_reason)(event, raw) or ""
+    suppress = None
+    if event_type == EventType.BOUNCED:
+        suppress = _BOUNCE.get(esp_name, _hard_by_reject_reason)(event, raw)
+    elif event_type == EventType.COMPLAINED:
+        # Postmark's SpamNotification is a receiving server's filter, not the recipient.
+        if not (esp_name == "Postmark" and raw.get("RecordType") == "Bounce"):
+            suppress = Suppression.Reason.COMPLAINED
+    elif event_type == EventType.UNSUBSCRIBED:
+        suppress = Suppression.Reason.UNSUBSCRIBED
+    elif event_type == EventType.REJECTED:
+        suppress = _REJECTED_BECAUSE.get(reason)
+    return Verdict(event_type=event_type, reject_reason=reason, suppress=suppress)
+
+
+# How each ESP tells a hard bounce: the Suppression.Reason a bounced event calls for, or None.
+Bounce = Callable[[AnymailTrackingEvent, dict], str | None]
+
+
+def _hard_by_reject_reason(event: AnymailTrackingEvent, raw: dict) -> str | None:
+    # Mailgun: anymail turns "temporary" failures into deferred and gives reason "bounced" to
+    # permanent ones that are bounces (reasons bounce, suppress-bounce), "other" to the rest.
+    if event.reject_reason in (None, RejectReason.BOUNCED):
+        return Suppression.Reason.BOUNCED
+    return _REJECTED_BECAUSE.get(event.reject_reason)
+
+
+def _amazon_ses(event: AnymailTrackingEvent, raw: dict) -> str | None:
+    # bounceType is Permanent, Transient or Undetermined
+    bounce = raw.get("bounce") or {}
+    return Suppression.Reason.BOUNCED if bounce.get("bounceType") == "Permanent" else None
+
+
+def _postmark(event: AnymailTrackingEvent, raw: dict) -> str | None:
+    # A Bounce record's Type (HardBounce, SoftBounce, VirusNotification…), or a SubscriptionChange
+    # that deactivated the address after a hard bounce.
+    kind = raw.get("Type") or raw.get("SuppressionReason")
+    return Suppression.Reason.BOUNCED if kind == "HardBounce" else None
+
+
+def _sendgrid(event: AnymailTrackingEvent, raw: dict) -> str | None:
+    # A bounce event's type is "bounce" or "blocked" (the receiver refused for now: not the address)
+    return None if raw.get("type") == "blocked" else Suppression.Reason.BOUNCED
+
+
+def _resend(event: AnymailTrackingEvent, raw: dict) -> str | None:
+    # email.bounced is documented as permanent, yet its bounce.type may say Transient/Undetermined
+    bounce = (raw.get("data") or {}).get("bounce") or {}
+    return Suppression.Reason.BOUNCED if bounce.get("type", "Permanent") == "Permanent" else None
+
+
+def _mailgun(event: AnymailTrackingEvent, raw: dict) -> str | None:
+    # A permanent failure because Mailgun's own list has a complaint or an opt-out for the address.
+    reason = (raw.get("event-data") or {}).get("reason")
+    if reason == "suppress-complaint":
+        return Suppression.Reason.COMPLAINED
+    if reason == "suppress-unsubscribe":
+        return Suppression.Reason.UNSUBSCRIBED
+    return _hard_by_reject_reason(event, raw)
+
+
+_BOUNCE: dict[str, Bounce] = {
+    "Amazon SES": _amazon_ses,
+    "Mailgun": _mailgun,
+    "Postmark": _postmark,
+    "Resend": _resend,
+    "SendGrid": _sendgrid,
+}
+
+
+def _anymail_reject_reason(event: AnymailTrackingEvent, raw: dict) -> str | None:
+    return event.reject_reason
+
+
+def _sendgrid_reject_reason(event: AnymailTrackingEvent, raw: dict) -> str | None:
+    # anymail knows "Bounced Address" and "Unsubscribed Address" but not this drop reason
+    if str(raw.get("reason", "")).lower() == "spam reporting address":
+        return RejectReason.SPAM
+    return event.reject_reason
+
+
+_REJECT_REASON = {"SendGrid": _sendgrid_reject_reason}

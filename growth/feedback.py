@@ -1,0 +1,162 @@
+"""ESP feedback (anymail's tracking webhooks) -> the tenant's suppressions.
+
+A hard bounce, a complaint or an opt-out suppresses the address for the tenant whose message it
+was (a complaint or an opt-out also marks its subscriber rows unsubscribed); soft bounces and
+delays are only recorded (see ``growth.bounces``). Each event acts once: its row is inserted
+with ON CONFLICT DO NOTHING, and only the insert that created it goes on to suppress, in the same
+transaction.
+
+The tenant is found from, in order: the metadata's job id (the send row), the metadata's
+account id (and campaign id), the provider's message id (the send row). An event that names no
+known tenant, or no usable address, is logged and dropped: anymail answers 200 and the ESP does
+not post it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from enum import StrEnum
+
+from anymail.signals import AnymailTrackingEvent
+from django.core.exceptions import ValidationError
+from django.db import InterfaceError, OperationalError, transaction
+
+from growth.addresses import parse_address
+from growth.bounces import classify
+from growth.managers.feedback import Attribution
+from growth.models import FeedbackEvent, Suppression
+
+logger = logging.getLogger(__name__)
+
+MAX_TEXT = 1000  # characters kept of an ESP's description or MTA response
+_BIGINT_MAX = 2**63 - 1
+# growth.rendering.message_id's inverse: <campaign.4.7@domain> -> campaign:4:7
+_OUR_MESSAGE_ID = re.compile(r"<?campaign\.(\d+)\.(\d+)@[^>\s]+>?")
+_UNSUBSCRIBING = {Suppression.Reason.UNSUBSCRIBED, Suppression.Reason.COMPLAINED}
+
+
+class Outcome(StrEnum):
+    IGNORED = "ignored"  # not feedback we keep (delivered, opened…)
+    UNATTRIBUTED = "unattributed"  # no known tenant
+    BAD_ADDRESS = "bad_address"  # no usable recipient
+    DUPLICATE = "duplicate"  # already recorded
+    RECORDED = "recorded"  # recorded, nothing suppressed
+    SUPPRESSED = "suppressed"
+
+
+def on_tracking(sender, event: AnymailTrackingEvent, esp_name: str, **kwargs) -> None:
+    """Receive ``anymail.signals.tracking``; never let a bad event fail the webhook."""
+    try:
+        handle_event(esp_name=esp_name, event=event)
+    except (OperationalError, InterfaceError):
+        # The database is away: anymail answers 500 and the ESP posts again later, which is
+        # harmless (each event acts once) and loses nothing.
+        raise
+    except Exception:
+        # Anything else would fail again on every retry: log it, answer 200.
+        logger.exception("feedback event failed; dropped", extra=_context(esp_name, event))
+
+
+def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Outcome:
+    """Record one event and suppress what it calls for; return what happened."""
+    context = _context(esp_name, event)
+    verdict = classify(esp_name, event)
+    if verdict is None:
+        logger.debug("feedback event ignored", extra=context)
+        return Outcome.IGNORED
+    email_lower = _email_lower(event.recipient)
+    attribution = attribute(event, email_lower)
+    if attribution is None:
+        logger.warning("feedback event for no known tenant; dropped", extra=context)
+        return Outcome.UNATTRIBUTED
+    email_lower = email_lower or attribution.email_lower
+    if email_lower is None:
+        logger.warning("feedback event without a usable recipient; dropped", extra=context)
+        return Outcome.BAD_ADDRESS
+    with transaction.atomic():
+        if not FeedbackEvent.objects.record(
+                esp=esp_name, event_id=event_key(esp_name, event, email_lower),
+                event_type=verdict.event_type, reject_reason=verdict.reject_reason,
+                email_lower=email_lower, attribution=attribution,
+                suppressed=verdict.suppress is not None, description=_text(event.description),
+                mta_response=_text(event.mta_response), occurred_at=event.timestamp):
+            logger.info("feedback event already recorded", extra=context)
+            return Outcome.DUPLICATE
+        if verdict.suppress is None:
+            logger.info("feedback event recorded", extra=context)
+            return Outcome.RECORDED
+        Suppression.objects.suppress(account_id=attribution.account_id, email_lower=email_lower,
+                                     reason=verdict.suppress, campaign_id=attribution.campaign_id)
+        if verdict.suppress in _UNSUBSCRIBING:
+            FeedbackEvent.objects.unsubscribe_address(account_id=attribution.account_id,
+                                                      email_lower=email_lower)
+    logger.info("feedback event suppressed the address",
+                extra={**context, "account_id": attribution.account_id, "reason": verdict.suppress})
+    return Outcome.SUPPRESSED
+
+
+def attribute(event: AnymailTrackingEvent, email_lower: str | None) -> Attribution | None:
+    """Return the tenant (and campaign, send) the event is about, or None."""
+    metadata = event.metadata if isinstance(event.metadata, dict) else {}
+    job_id = metadata.get("job_id")
+    if isinstance(job_id, str) and job_id:
+        found = FeedbackEvent.objects.send_by_job_id(job_id=job_id)
+        if found is not None:
+            return found
+    account_id = _id(metadata.get("account_id"))
+    if account_id is not None:
+        found = FeedbackEvent.objects.tenant(account_id=account_id,
+                                             campaign_id=_id(metadata.get("campaign_id")),
+                                             email_lower=email_lower)
+        if found is not None:
+            return found
+    message_id = str(event.message_id or "").strip()
+    if message_id:
+        ours = _OUR_MESSAGE_ID.fullmatch(message_id)
+        if ours:  # sent with our own Message-ID (SMTP, or an ESP that keeps it)
+            found = FeedbackEvent.objects.send_by_job_id(job_id="campaign:{}:{}".format(*ours.groups()))
+            if found is not None:
+                return found
+        return FeedbackEvent.objects.send_by_provider_id(message_id=message_id[:255])
+    return None
+
+
+def event_key(esp_name: str, event: AnymailTrackingEvent, email_lower: str) -> str:
+    """Return the ESP's event id, or one derived from the event when the ESP gives none
+    (Postmark's SubscriptionChange, Resend without its svix-id header): the same event posted
+    again derives the same id, so a retry still finds its row."""
+    if event.event_id:
+        return str(event.event_id)[:255]
+    timestamp = event.timestamp.isoformat() if event.timestamp else ""
+    parts = [esp_name, event.event_type, str(event.message_id or ""), email_lower, timestamp]
+    return "derived:" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def _email_lower(recipient: object) -> str | None:
+    if not isinstance(recipient, str):
+        return None
+    try:
+        return parse_address(recipient).email_lower
+    except ValidationError:
+        return None
+
+
+def _id(value: object) -> int | None:
+    """A positive database id from metadata (ESPs hand metadata back as strings), else None."""
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        return None
+    return number if 0 < number <= _BIGINT_MAX else None
+
+
+def _text(value: object) -> str:
+    return str(value or "").replace("\x00", "")[:MAX_TEXT]
+
+
+def _context(esp_name: str, event: AnymailTrackingEvent) -> dict[str, object]:
+    return {"esp": esp_name, "event_type": getattr(event, "event_type", None),
+            "event_id": getattr(event, "event_id", None),
+            "message_id": getattr(event, "message_id", None)}
