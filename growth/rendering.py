@@ -121,25 +121,28 @@ class CampaignRenderer:
 def _compile(source: str, *, html: bool) -> Callable[[dict[str, str]], str]:
     """Return a function rendering ``source`` with the per-recipient values.
 
-    A template that only prints variables (the common case) becomes a join of literal pieces;
+    A template that only prints variables (the common case) becomes a ``str.format_map``;
     anything else (tags, filters) is a compiled Django template.
     """
     pieces = _BARE_VARIABLE.split(source)
-    literals = pieces[::2]
-    if not any(marker in literal for literal in literals for marker in ("{{", "{%", "{#")):
-        names = pieces[1::2]
-        escape = conditional_escape if html else str
+    literals, names = pieces[::2], pieces[1::2]
+    if any(marker in literal for literal in literals for marker in ("{{", "{%", "{#")):
+        template = (_HTML if html else _TEXT).from_string(source)
+        return lambda values: template.render(Context(values, autoescape=html))
+    escaped = [literal.replace("{", "{{").replace("}", "}}") for literal in literals]
+    layout = escaped[0] + "".join(f"{{{name}}}{literal}"
+                                  for name, literal in zip(names, escaped[1:], strict=True))
+    if html:
+        return lambda values: layout.format_map(
+            _Blank({k: conditional_escape(v) for k, v in values.items()}))
+    return lambda values: layout.format_map(_Blank(values))
 
-        def join(values: dict[str, str]) -> str:
-            out = [literals[0]]
-            for name, literal in zip(names, literals[1:], strict=True):
-                out.append(escape(values.get(name, "")))
-                out.append(literal)
-            return "".join(out)
 
-        return join
-    template = (_HTML if html else _TEXT).from_string(source)
-    return lambda values: template.render(Context(values, autoescape=html))
+class _Blank(dict):
+    """A variable the template names but the context lacks renders empty, as in Django."""
+
+    def __missing__(self, key: str) -> str:
+        return ""
 
 
 def _with_footer(body: str, footer: str) -> str:
