@@ -33,7 +33,7 @@ test: install
 test-pg: install
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test TEST_DATABASE_NAME=test_zylior_pg $(PY) -m pytest
 
-## chaos: 50,000 recipients, 3 workers SIGKILLed every 1.5 s, a database restart, bad SMTP and
+## chaos: 50,000 recipients, 3 workers, one SIGKILLed every 3 s, a database restart, bad SMTP and
 ## opt-outs, in both receiver modes, on a fresh database; exits 1 on loss or duplicates
 chaos: install
 	$(PY) manage.py chaos $(CHAOS_ARGS)

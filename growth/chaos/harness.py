@@ -35,7 +35,7 @@ class ChaosConfig:
     idempotent: bool = False
     batch_size: int = 20
     lease: float = 3.0  # seconds
-    kill_every: float = 1.5  # seconds between SIGKILLs
+    kill_every: float = 3.0  # seconds between SIGKILLs (a worker needs ~1 s to start)
     faults: Misbehaviour = field(default_factory=lambda: Misbehaviour(
         tempfail_rate=0.01, drop_rate=0.002, slow_rate=0.005, slow_delay=0.3))
     restart_database: bool = True  # only possible when the server is the embedded one

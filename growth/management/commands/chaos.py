@@ -18,7 +18,7 @@ class Command(BaseCommand):
         parser.add_argument("--recipients", type=int, default=50_000)
         parser.add_argument("--workers", type=int, default=3)
         parser.add_argument("--mode", choices=["plain", "idempotent", "both"], default="both")
-        parser.add_argument("--kill-every", type=float, default=1.5, help="Seconds between SIGKILLs.")
+        parser.add_argument("--kill-every", type=float, default=3.0, help="Seconds between SIGKILLs.")
         parser.add_argument("--lease", type=float, default=3.0, help="Seconds.")
         parser.add_argument("--out", type=Path, default=Path(".data/chaos"))
         parser.add_argument("--no-chart", action="store_true")
