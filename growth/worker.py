@@ -41,6 +41,7 @@ BUSY_POLL = 1.0  # seconds between looks while other workers hold the remaining 
 MIN_WAIT = 0.05  # seconds: never spin
 DB_RETRY_FIRST = 0.5  # seconds before the first reconnection attempt; doubles each time
 DB_RETRY_MAX = 30.0  # seconds
+HOUSEKEEPING_EVERY = 1.0  # seconds, while full batches keep coming
 RENDERERS_KEPT = 32  # campaigns whose compiled templates a worker keeps
 
 T = TypeVar("T")
@@ -80,6 +81,8 @@ class Worker:
         self._last_campaign_id: int | None = None
         self._transport_bucket_id: int | None = None
         self._rate_wait: float | None = None  # seconds until a rate limit grants a batch
+        self._was_full = False
+        self._housekept_at = 0.0
         self._links: LinkMaker | None = None
 
     def _receiver_deduplicates(self) -> bool:
@@ -123,20 +126,33 @@ class Worker:
 
     def cycle(self) -> int:
         """Run one pass of the engine; return how many rows it claimed."""
-        for campaign_id in Campaign.objects.start_due():
-            logger.info("campaign %s started", campaign_id)
-        for campaign_id in Send.objects.unbuilt_campaigns():
-            created = Send.objects.build_recipients(campaign_id=campaign_id)
-            if created is not None:
-                logger.info("campaign %s: %d recipients built", campaign_id, created)
-        self._recover()
+        if self._housekeeping_due():
+            for campaign_id in Campaign.objects.start_due():
+                logger.info("campaign %s started", campaign_id)
+            for campaign_id in Send.objects.unbuilt_campaigns():
+                created = Send.objects.build_recipients(campaign_id=campaign_id)
+                if created is not None:
+                    logger.info("campaign %s: %d recipients built", campaign_id, created)
+            self._recover()
         batch, wanted = self._claim_in_turn()
         if batch:
             self._process(batch)
-        for campaign_id in Campaign.objects.finish():
-            logger.info("campaign %s finished", campaign_id)
+        full = bool(batch) and len(batch) == wanted
+        if not full:  # while full batches come, no campaign can be finished yet
+            for campaign_id in Campaign.objects.finish():
+                logger.info("campaign %s finished", campaign_id)
+        self._was_full = full
         # "Full" when we got all we asked for: more is likely waiting, so no sleep.
-        return self.batch_size if batch and len(batch) == wanted else len(batch)
+        return self.batch_size if full else len(batch)
+
+    def _housekeeping_due(self) -> bool:
+        """Starting, building and recovering are about campaigns and leases, not batches: while
+        full batches keep coming, once every HOUSEKEEPING_EVERY seconds is enough."""
+        now = time.monotonic()
+        if self._was_full and now - self._housekept_at < HOUSEKEEPING_EVERY:
+            return False
+        self._housekept_at = now
+        return True
 
     def _claim_in_turn(self) -> tuple[list[Claimed], int]:
         """Claim a batch from the next sending campaign in turn, within its tenant's rate limit
@@ -154,7 +170,8 @@ class Worker:
                 self._rate_wait = min(self._rate_wait or grant.wait, grant.wait)
                 continue
             batch = Send.objects.claim(worker_id=self.worker_id, batch_size=grant.count,
-                                       lease=self.lease, campaign_id=campaign.campaign_id)
+                                       lease=self.lease, campaign_id=campaign.campaign_id,
+                                       hand_over=self.idempotent)
             going = sum(1 for row in batch if row.status == Send.Status.SENDING)
             RateLimit.objects.give_back(buckets, count=grant.count - going)
             if batch:
@@ -210,16 +227,25 @@ class Worker:
         settled = self._settle(unrenderable)
         for start in range(0, len(deliveries), self.chunk_size):
             chunk = deliveries[start:start + self.chunk_size]
-            handed = self._retrying_db(
-                lambda chunk=chunk: Send.objects.hand_over([d.send_id for d in chunk],
-                                                           worker_id=self.worker_id),
-                deadline=time.monotonic() + self.lease, default=None)
+            handed = self._retrying_db(lambda chunk=chunk: self._hand_over(chunk),
+                                       deadline=time.monotonic() + self.lease, default=None)
             if handed is None:
                 break  # no database for a whole lease: unsent, these rows are queued again on expiry
             settled |= {i: status for i, status in handed.items() if status != Send.Status.SENDING}
             go = [d for d in chunk if handed.get(d.send_id) == Send.Status.SENDING]
             settled |= self._settle(self.transport.send_bulk(go))
         return settled
+
+    def _hand_over(self, chunk: Sequence[Delivery]) -> dict[int, str]:
+        """Return {send id: 'sending' (send it) | 'suppressed'} for the rows still ours."""
+        ids = [d.send_id for d in chunk]
+        if not self.idempotent:
+            return Send.objects.hand_over(ids, worker_id=self.worker_id)
+        # Claimed already handed over (a resend is absorbed): only opt-outs need a look, and
+        # that look is a read; the rare blocked row goes through the hand-over to be suppressed.
+        blocked = Send.objects.blocked(ids)
+        handed = Send.objects.hand_over(blocked, worker_id=self.worker_id) if blocked else {}
+        return {i: handed.get(i, Send.Status.SENDING) for i in ids}
 
     def _render(self, campaign_id: int,
                 rows: Sequence[Claimed]) -> tuple[list[Delivery], list[Outcome]]:

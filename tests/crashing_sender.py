@@ -40,7 +40,9 @@ def main() -> None:
 
         sends._rowcount = insert_then_die
     elif point == "after-claim":
-        sends.SendManager.hand_over = die
+        from growth import worker
+
+        worker.Worker._process = die
     elif point == "after-send":
         sends.SendManager.settle = lambda self, outcomes, **kw: die() if outcomes else {}
     else:

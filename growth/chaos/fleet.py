@@ -50,9 +50,16 @@ class Fleet:
         for n in range(self.count):
             self._spawn(f"w{n}")
 
-    def kill_random(self) -> str:
-        """SIGKILL one worker at random and start a new one in its place."""
-        name = self._rng.choice(sorted(self._processes))
+    def kill_random(self) -> str | None:
+        """SIGKILL one running worker at random and start a new one in its place.
+
+        Only a worker that has said "started" is chosen: on a busy machine, killing workers
+        faster than they can start would test nothing but Python's start-up time.
+        """
+        running = [name for name in sorted(self._processes) if "started" in self._log(name)]
+        if not running:
+            return None
+        name = self._rng.choice(running)
         process = self._processes.pop(name)
         process.send_signal(signal.SIGKILL)
         process.wait()

@@ -81,10 +81,13 @@ UPDATE growth_campaigns c
  WHERE c.id = ANY(%(campaign_ids)s)
    AND c.status = 'sending'
    AND c.recipients_built_at IS NOT NULL
-   AND NOT EXISTS (SELECT 1
-                     FROM growth_sends s
-                    WHERE s.campaign_id = c.id
-                      AND s.status IN ('queued', 'sending'))
+   -- a probe that stops at the first open row, by index: as NOT EXISTS it was planned as an
+   -- anti-join over the whole of growth_sends (30 ms at 100k rows, once per batch)
+   AND (SELECT 1
+          FROM growth_sends s
+         WHERE s.campaign_id = c.id
+           AND s.status IN ('queued', 'sending')
+         LIMIT 1) IS NULL
 RETURNING c.id;
 
 -- sending --

@@ -75,7 +75,7 @@ UPDATE growth_sends s
        attempts         = s.attempts + CASE WHEN v.blocked THEN 0 ELSE 1 END,
        lease_expires_at = CASE WHEN v.blocked THEN NULL
                                ELSE now() + make_interval(secs => %(lease)s) END,
-       handed_over_at   = NULL,
+       handed_over_at   = CASE WHEN %(hand_over)s AND NOT v.blocked THEN now() END,
        claimed_by       = %(worker_id)s,
        updated_at       = now()
   FROM verdict v
@@ -113,6 +113,18 @@ UPDATE growth_sends s
    AND s.status = 'sending'
    AND s.claimed_by = %(worker_id)s
 RETURNING s.id, s.status;
+
+-- blocked --
+-- the rows among these that an opt-out (or an unconfirmed subscriber) now blocks
+SELECT s.id
+  FROM growth_sends s
+  JOIN growth_subscribers sub ON sub.id = s.subscriber_id
+ WHERE s.id = ANY(%(ids)s)
+   AND (sub.status <> 'confirmed'
+        OR EXISTS (SELECT 1
+                     FROM growth_suppressions x
+                    WHERE x.account_id = s.account_id
+                      AND x.email_lower = s.email_lower));
 
 -- settle --
 -- Record what the transport said, for a whole batch at once. Only rows still ours are touched:
