@@ -206,13 +206,18 @@ class Send(models.Model):
         UNKNOWN = "unknown"
         CANCELLED = "cancelled"
 
-    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="sends")
-    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="+")
+    # No index of their own: (campaign, status) and the unique constraints lead with campaign,
+    # (account, email_lower) with account; every index is written on every claim and settle.
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="sends",
+                                 db_index=False)
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="+",
+                                db_index=False)
     # PROTECT: deleting the subscriber would drop the row that says this address was mailed.
     subscriber = models.ForeignKey(Subscriber, on_delete=models.PROTECT, related_name="sends")
     email = models.CharField(max_length=320)
     email_lower = models.CharField(max_length=320)
-    job_id = models.CharField(max_length=100, unique=True)
+    job_id = models.CharField(max_length=100)  # unique: see Meta (a constraint, not a
+    # unique=True field, which would add a second, pattern-matching index nobody uses)
     status = models.CharField(max_length=16, choices=Status.choices, db_default=Status.QUEUED)
     attempts = models.PositiveIntegerField(db_default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -235,6 +240,7 @@ class Send(models.Model):
         constraints = [
             models.UniqueConstraint("campaign", "subscriber", name="send_unique_subscriber"),
             models.UniqueConstraint("campaign", "email_lower", name="send_unique_address"),
+            models.UniqueConstraint("job_id", name="send_unique_job_id"),
             models.CheckConstraint(name="send_status_valid", condition=Q(status__in=[
                 "queued", "sending", "sent", "suppressed", "failed", "unknown", "cancelled"])),
             # a row on the wire without a lease could never be recovered
@@ -248,6 +254,7 @@ class Send(models.Model):
             models.Index("next_attempt_at", name="send_backoff",
                          condition=Q(status="queued", next_attempt_at__isnull=False)),
             models.Index("campaign", "status", name="send_campaign_status"),
+            models.Index("account", "email_lower", name="send_account_address"),
             # a per-campaign claim (the worker serves campaigns in turn) walks this
             models.Index("campaign", "id", name="send_queued_by_campaign",
                          condition=Q(status="queued")),

@@ -42,7 +42,12 @@ class Command(BaseCommand):
             self.stdout.write(table)
             (config.out_dir / f"report-{mode}.md").write_text(table + "\n")
             if report.unknown_keys:
-                self.stdout.write(f"unknown rows, for an operator: {', '.join(report.unknown_keys)}")
+                listing = config.out_dir / f"unknown-{mode}.txt"
+                listing.write_text("\n".join(report.unknown_keys) + "\n")
+                shown = ", ".join(report.unknown_keys[:10])
+                more = len(report.unknown_keys) - 10
+                self.stdout.write(f"unknown rows, for an operator: {shown}"
+                                  + (f" … and {more} more, all in {listing}" if more > 0 else ""))
             problems = report.problems()
             if problems:
                 failed = True
