@@ -99,9 +99,12 @@ def approved_campaign(audience: Audience, *, html: bool = True) -> int:
 
 
 def fresh_sends() -> None:
-    """Empty growth_sends, so that every run starts from the same table and indexes."""
+    """Empty growth_sends and cancel whatever campaign is left unfinished, so that every run
+    starts from the same table and indexes and its workers see only its own campaign."""
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE growth_sends")
+        cursor.execute("UPDATE growth_campaigns SET status = 'cancelled', finished_at = now() "
+                       "WHERE status IN ('draft', 'approved', 'sending', 'paused')")
 
 
 def built_and_paused(audience: Audience, *, html: bool = True) -> int:

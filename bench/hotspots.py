@@ -28,23 +28,62 @@ from growth.managers.sends import QUERIES as SEND_QUERIES
 
 # Functions whose inclusive share of the worker's time is reported (file suffix, function).
 PHASES = [
-    ("growth/worker.py", "cycle", "a whole cycle"),
-    ("growth/managers/campaigns.py", "start_due", "start_due (UPDATE campaigns)"),
-    ("growth/managers/sends.py", "unbuilt_campaigns", "unbuilt_campaigns (SELECT)"),
-    ("growth/worker.py", "_recover", "recover_expired (UPDATE)"),
-    ("growth/managers/sends.py", "claim", "claim (UPDATE ... SKIP LOCKED)"),
-    ("growth/worker.py", "_render", "render (per recipient)"),
-    ("growth/unsubscribe.py", "url", "  of which: unsubscribe link (HMAC)"),
-    ("django/core/mail/message.py", "__init__", "  of which: EmailMessage objects"),
-    ("growth/mime.py", "build", "  of which: MIME bytes"),
-    ("growth/managers/sends.py", "hand_over", "hand_over (UPDATE)"),
-    ("growth/transports/null.py", "send_bulk", "null transport send_bulk"),
-    ("growth/managers/sends.py", "settle", "settle (UPDATE ... FROM unnest)"),
-    ("growth/managers/campaigns.py", "finish", "finish (UPDATE ... NOT EXISTS)"),
-    ("logging/__init__.py", "info", "logging (one line per batch)"),
-    ("psycopg/cursor.py", "execute", "psycopg execute (all statements: wait on PostgreSQL)"),
+    ("growth/worker.py", "Worker.cycle", "a whole cycle"),
+    ("growth/managers/campaigns.py", "CampaignManager.start_due", "start_due (UPDATE campaigns)"),
+    ("growth/managers/sends.py", "SendManager.unbuilt_campaigns", "unbuilt_campaigns (SELECT)"),
+    ("growth/worker.py", "Worker._recover", "recover_expired (UPDATE)"),
+    ("growth/managers/sends.py", "SendManager.claim", "claim (UPDATE ... SKIP LOCKED)"),
+    ("growth/worker.py", "Worker._render", "render (per recipient)"),
+    ("growth/unsubscribe.py", "LinkMaker.url", "  of which: unsubscribe link (signing)"),
+    ("django/core/mail/message.py", "EmailMultiAlternatives.__init__",
+     "  of which: Django EmailMessage objects"),
+    ("growth/mime.py", "MessageLayout.build", "  of which: MIME bytes"),
+    ("growth/managers/sends.py", "SendManager.hand_over", "hand_over (UPDATE)"),
+    ("growth/transports/null.py", "NullTransport.send_bulk", "null transport send_bulk"),
+    ("growth/managers/sends.py", "SendManager.settle", "settle (UPDATE ... FROM unnest)"),
+    ("growth/managers/campaigns.py", "CampaignManager.finish", "finish (UPDATE ... NOT EXISTS)"),
+    ("logging/__init__.py", "Logger.info", "logging (one line per batch)"),
+    ("psycopg/cursor.py", "Cursor.execute", "all statements: psycopg execute (waiting on PostgreSQL)"),
 ]
 _FRAME = re.compile(r"^(?P<func>.+?) \((?P<file>.+?)(?::(?P<line>\d+))?\)$")
+
+
+def _activity() -> tuple[int, int, int]:
+    """(WAL position in bytes, rows updated, of which HOT) for growth_sends, as of now."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, n_tup_upd, n_tup_hot_upd "
+                       "FROM pg_stat_user_tables WHERE relname = 'growth_sends'")
+        wal, updated, hot = cursor.fetchone()
+    return int(wal), updated, hot
+
+
+def write_cost(before: tuple[int, int, int], rows: int) -> dict:
+    """WAL bytes and row versions written per recipient since ``before``."""
+    time.sleep(1.0)  # backends report their table statistics within a second
+    wal, updated, hot = (after - first for after, first in zip(_activity(), before, strict=True))
+    return {"wal_per_recipient": wal / rows, "updates_per_recipient": updated / rows,
+            "hot_share": hot / updated if updated else 0.0}
+
+
+def indexes() -> list[tuple[str, str]]:
+    """(name, definition) of growth_sends's indexes: each non-HOT row update writes to all."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'growth_sends' "
+                       "ORDER BY indexname")
+        return cursor.fetchall()
+
+
+def ceiling_cost(*, audience, batch_size: int, hand_over: bool) -> dict:
+    """The ceiling's write cost, for comparison with the engine's."""
+    from bench import ceiling
+
+    campaign_id = data.built_and_paused(audience)
+    data.resume(campaign_id)
+    before = _activity()
+    seconds = ceiling.run_built(audience=audience, batch_size=batch_size, workers=1,
+                                hand_over=hand_over)
+    return {"seconds": seconds, **write_cost(before, audience.size)}
 
 
 def spy(*, audience, batch_size: int, out: Path, rate: int = 250) -> dict:
@@ -62,6 +101,7 @@ def spy(*, audience, batch_size: int, out: Path, rate: int = 250) -> dict:
              "--format", "raw", "--output", str(raw), "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # py-spy attaches
+        before = _activity()
         started = data.resume(campaign_id)
         while (finished := data.finished_at(campaign_id)) is None:
             time.sleep(engine.POLL)
@@ -69,7 +109,8 @@ def spy(*, audience, batch_size: int, out: Path, rate: int = 250) -> dict:
         recorder.wait(timeout=60)
     finally:
         engine.stop(senders)
-    return {"seconds": finished - started, "phases": summarize(raw), "raw": str(raw)}
+    return {"seconds": finished - started, "phases": summarize(raw), "raw": str(raw),
+            **write_cost(before, audience.size)}
 
 
 def summarize(raw: Path) -> list[tuple[str, float, float]]:
@@ -77,7 +118,7 @@ def summarize(raw: Path) -> list[tuple[str, float, float]]:
     inclusive, itself, total = Counter(), Counter(), 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if "cycle (" not in stack or not count.isdigit():
+        if "Worker.cycle (" not in stack or not count.isdigit():
             continue  # outside the cycle: start-up, idle waits between cycles
         frames = [_FRAME.match(f) for f in stack.split(";")]
         keys = [(m["file"], m["func"]) for m in frames if m]
@@ -102,7 +143,7 @@ def top_self(raw: Path, limit: int = 15) -> list[tuple[str, float]]:
     itself, total = Counter(), 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if "cycle (" not in stack or not count.isdigit():
+        if "Worker.cycle (" not in stack or not count.isdigit():
             continue
         total += int(count)
         itself[stack.split(";")[-1]] += int(count)

@@ -198,6 +198,17 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
         out += [f"| {label} | {inc:.1f} % | {own:.1f} % |" for label, inc, own in spy["phases"]]
         out += ["", "Busiest frames (self):", "", "| frame | self |", "|---|---|"]
         out += [f"| `{frame}` | {share:.1f} % |" for frame, share in spy["top_self"]]
+        out += ["", "Writes per recipient (WAL from `pg_current_wal_lsn()`, row updates from "
+                    "`pg_stat_user_tables`, one worker):", "",
+                "| run | recipients/s | WAL bytes | row updates | of which HOT |", "|---|---|---|---|---|"]
+        for name, cost in profile.get("costs", {}).items():
+            out.append(f"| {name} | {profile['size'] / cost['seconds']:,.0f} "
+                       f"| {cost['wal_per_recipient']:,.0f} | {cost['updates_per_recipient']:.2f} "
+                       f"| {cost['hot_share']:.0%} |")
+        if profile.get("indexes"):
+            out += ["", f"`growth_sends` has {len(profile['indexes'])} indexes; a row update that is "
+                        "not HOT writes an entry into each: "
+                        + ", ".join(f"`{name}`" for name, _ in profile["indexes"]) + "."]
         explain = profile["explain"]
         moments = list(explain)
         out += ["", f"## Statement execution times (EXPLAIN ANALYZE, {profile['size']:,} rows, batch "

@@ -203,10 +203,21 @@ def _profile(args) -> dict:
     spy = hotspots.spy(audience=audience, batch_size=args.profile_batch, out=args.out)
     spy["top_self"] = hotspots.top_self(Path(spy["raw"]))
     say(f"profile: py-spy over {audience.size:,} recipients ({spy['seconds']:.1f} s)")
+    costs = {"engine (py-spy run)": spy}
+    for hand_over in (False, True):
+        name = "ceiling+hand_over" if hand_over else "ceiling"
+        costs[name] = hotspots.ceiling_cost(audience=audience, batch_size=args.profile_batch,
+                                            hand_over=hand_over)
+    for name, cost in costs.items():
+        say(f"profile: {name}: {cost['wal_per_recipient']:,.0f} WAL bytes, "
+            f"{cost['updates_per_recipient']:.2f} row updates ({cost['hot_share']:.0%} HOT) per recipient")
     explain = hotspots.explain(audience=audience, batch_size=args.profile_batch, out=args.out)
     say("profile: " + "; ".join(f"{moment}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items())
                                 for moment, ms in explain.items()))
-    return {"batch": args.profile_batch, "size": audience.size, "spy": spy, "explain": explain}
+    return {"batch": args.profile_batch, "size": audience.size, "spy": spy, "explain": explain,
+            "costs": {name: {k: v for k, v in cost.items() if k not in ("phases", "raw", "top_self")}
+                      for name, cost in costs.items()},
+            "indexes": hotspots.indexes()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import smtplib
 import socket
 
-from bench import engine
 from bench.procs import SPAWN, timed_pool
 
 FROM = "news@bench.example"
@@ -56,8 +55,9 @@ class Sink:
 
     def __enter__(self) -> Sink:
         self._process.start()
-        if not self._ready.wait(60):
-            raise RuntimeError("the SMTP sink did not start")
+        while not self._ready.wait(0.2):
+            if not self._process.is_alive():
+                raise RuntimeError("the SMTP sink did not start")
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -105,6 +105,8 @@ def raw_run(*, audience, workers: int, sink: Sink) -> float:
 
 
 def engine_run(*, audience, workers: int, batch_size: int, sink: Sink, idempotent: bool, out) -> float:
+    from bench import engine  # not at the top: the spawned workers here must not import Django
+
     sink.reset()
     seconds = engine.run(
         audience=audience, batch_size=batch_size, workers=workers, out=out,
