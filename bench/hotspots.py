@@ -42,6 +42,10 @@ PHASES = [
     ("growth/transports/null.py", "NullTransport.send_bulk", "null transport send_bulk"),
     ("growth/managers/sends.py", "SendManager.settle", "settle (UPDATE ... FROM unnest)"),
     ("growth/managers/campaigns.py", "CampaignManager.finish", "finish (UPDATE ... NOT EXISTS)"),
+    ("growth/transports/django_mail.py", "DjangoMailTransport.send_bulk", "SMTP transport send_bulk"),
+    ("django/core/mail/backends/smtp.py", "EmailBackend._send", "  of which: Django's SMTP backend"),
+    ("django/core/mail/message.py", "sanitize_address", "    of which: sanitize_address"),
+    ("smtplib.py", "SMTP.sendmail", "    of which: smtplib sendmail (the wire)"),
     ("logging/__init__.py", "Logger.info", "logging (one line per batch)"),
     ("psycopg/cursor.py", "Cursor.execute", "all statements: psycopg execute (waiting on PostgreSQL)"),
 ]
@@ -86,14 +90,19 @@ def ceiling_cost(*, audience, batch_size: int, hand_over: bool) -> dict:
     return {"seconds": seconds, **write_cost(before, audience.size)}
 
 
-def spy(*, audience, batch_size: int, out: Path, rate: int = 250) -> dict:
-    """Profile one run_sender over the audience; return the summary (and write the raw stacks)."""
+def spy(*, audience, batch_size: int, out: Path, rate: int = 250, name: str = "null",
+        env: dict[str, str] | None = None) -> dict:
+    """Profile one run_sender over the audience; return the summary (and write the raw stacks).
+
+    ``env`` overrides the worker's environment (default: the null transport).
+    """
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     campaign_id = data.built_and_paused(audience)
     senders = engine.start_senders(
-        1, env=engine.sender_env(SENDER_TRANSPORT=engine.NULL), log_dir=out / "logs",
-        args=["--batch-size", str(batch_size), "--tick", str(engine.POLL)], name=f"spy-b{batch_size}")
-    raw = out / f"pyspy-b{batch_size}.txt"
+        1, env=engine.sender_env(**(env or {"SENDER_TRANSPORT": engine.NULL})), log_dir=out / "logs",
+        args=["--batch-size", str(batch_size), "--tick", str(engine.POLL)],
+        name=f"spy-{name}-b{batch_size}")
+    raw = out / f"pyspy-{name}-b{batch_size}.txt"
     try:
         engine.wait_started(senders)
         recorder = subprocess.Popen(

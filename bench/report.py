@@ -127,6 +127,10 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
            f"{config['repetitions']} runs, batch sizes {config['batch_sizes']}, workers "
            f"{config['workers']}{' (--quick)' if config.get('quick') else ''}.", "",
            "| machine | |", "|---|---|"]
+    if config.get("quick"):
+        out[-2:-2] = ["**A `--quick` validation run** (small N, few repetitions): it checks the harness; "
+                      "the issue's figures come from `make bench` with its defaults on a quiet machine. "
+                      "The load average below says how busy the machine was.", ""]
     out += [f"| {key} | {value} |" for key, value in machine.items()]
     out += ["", "## Targets (ratios measured in the same run)", "",
             "| target | figures | ratio | |", "|---|---|---|---|"]
@@ -195,9 +199,19 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
                     "under the profiler)", "",
                 "Share of the samples inside `Worker.cycle` (idle waits on PostgreSQL included).", "",
                 "| phase | inclusive | self |", "|---|---|---|"]
-        out += [f"| {label} | {inc:.1f} % | {own:.1f} % |" for label, inc, own in spy["phases"]]
+        out += [f"| {label} | {inc:.1f} % | {own:.1f} % |" for label, inc, own in spy["phases"]
+                if inc >= 0.05]
         out += ["", "Busiest frames (self):", "", "| frame | self |", "|---|---|"]
         out += [f"| `{frame}` | {share:.1f} % |" for frame, share in spy["top_self"]]
+        smtp_spy = profile.get("smtp_spy")
+        if smtp_spy:
+            out += ["", f"The SMTP path (plain receiver, one connection, "
+                        f"{profile['size'] / smtp_spy['seconds']:,.0f} /s under the profiler):", "",
+                    "| phase | inclusive | self |", "|---|---|---|"]
+            out += [f"| {label} | {inc:.1f} % | {own:.1f} % |" for label, inc, own in smtp_spy["phases"]
+                    if inc >= 0.05]
+            out += ["", "| frame | self |", "|---|---|"]
+            out += [f"| `{frame}` | {share:.1f} % |" for frame, share in smtp_spy["top_self"]]
         out += ["", "Writes per recipient (WAL from `pg_current_wal_lsn()`, row updates from "
                     "`pg_stat_user_tables`, one worker):", "",
                 "| run | recipients/s | WAL bytes | row updates | of which HOT |", "|---|---|---|---|---|"]
@@ -207,7 +221,7 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
                        f"| {cost['hot_share']:.0%} |")
         if profile.get("indexes"):
             out += ["", f"`growth_sends` has {len(profile['indexes'])} indexes; a row update that is "
-                        "not HOT writes an entry into each: "
+                        "not HOT writes an entry into each (a partial one when its condition holds): "
                         + ", ".join(f"`{name}`" for name, _ in profile["indexes"]) + "."]
         explain = profile["explain"]
         moments = list(explain)
@@ -218,7 +232,9 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
             out.append(f"| {name} | " + " | ".join(f"{explain[m][name]:.2f} ms" for m in moments) + " |")
     if chart and through:
         out += ["", f"![recipients/s by batch size and worker count]({chart})"]
-    out += ["", "## Method", "", METHOD]
+    out += ["", "## Method", "", METHOD,
+            "What limits the engine, with the changes recommended: `bench/FINDINGS.md`. "
+            "Scale-out notes: `bench/SCALE-OUT.md`."]
     return "\n".join(out) + "\n"
 
 

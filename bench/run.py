@@ -197,12 +197,17 @@ def _admin(args) -> dict:
 
 
 def _profile(args) -> dict:
-    from bench import data, hotspots
+    from bench import data, hotspots, smtp
 
     audience = data.audience(args.recipients)
     spy = hotspots.spy(audience=audience, batch_size=args.profile_batch, out=args.out)
     spy["top_self"] = hotspots.top_self(Path(spy["raw"]))
     say(f"profile: py-spy over {audience.size:,} recipients ({spy['seconds']:.1f} s)")
+    with smtp.Sink() as sink:  # the SMTP path, plain receiver (the default), one connection
+        smtp_spy = hotspots.spy(audience=audience, batch_size=args.profile_batch, out=args.out,
+                                name="smtp", env={"EMAIL_URL": sink.url})
+    smtp_spy["top_self"] = hotspots.top_self(Path(smtp_spy["raw"]))
+    say(f"profile: py-spy over the SMTP path ({smtp_spy['seconds']:.1f} s)")
     costs = {"engine (py-spy run)": spy}
     for hand_over in (False, True):
         name = "ceiling+hand_over" if hand_over else "ceiling"
@@ -214,7 +219,8 @@ def _profile(args) -> dict:
     explain = hotspots.explain(audience=audience, batch_size=args.profile_batch, out=args.out)
     say("profile: " + "; ".join(f"{moment}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items())
                                 for moment, ms in explain.items()))
-    return {"batch": args.profile_batch, "size": audience.size, "spy": spy, "explain": explain,
+    return {"batch": args.profile_batch, "size": audience.size, "spy": spy, "smtp_spy": smtp_spy,
+            "explain": explain,
             "costs": {name: {k: v for k, v in cost.items() if k not in ("phases", "raw", "top_self")}
                       for name, cost in costs.items()},
             "indexes": hotspots.indexes()}
