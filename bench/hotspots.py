@@ -203,7 +203,7 @@ def explain(*, audience, batch_size: int, out: Path) -> dict[str, dict[str, floa
     campaign_id = data.built_and_paused(audience)
     data.resume(campaign_id)
     moments = {"fresh": _statements(batch_size)}
-    _settle_half(audience.size // 2, batch_size)
+    settle_half(audience.size // 2, batch_size)
     moments["half done"] = _statements(batch_size)
     text = []
     for moment, results in moments.items():
@@ -214,7 +214,7 @@ def explain(*, audience, batch_size: int, out: Path) -> dict[str, dict[str, floa
     return {moment: {name: ms for name, ms, _ in results} for moment, results in moments.items()}
 
 
-def _settle_half(rows: int, batch_size: int) -> None:
+def settle_half(rows: int, batch_size: int) -> None:
     """Claim and settle ``rows`` rows with the engine's statements (no VACUUM afterwards)."""
     done = 0
     with connection.cursor() as cursor:

@@ -230,6 +230,15 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
                 "| statement | " + " | ".join(moments) + " |", "|---|" + "---|" * len(moments)]
         for name in explain[moments[0]]:
             out.append(f"| {name} | " + " | ".join(f"{explain[m][name]:.2f} ms" for m in moments) + " |")
+    experiments = results.get("experiments")
+    if experiments:
+        out += ["", "## Experiments (`--only experiments`: the recommended changes, tried on the bench "
+                    "database)", "", "| finish statement, campaign half sent | ms |", "|---|---|"]
+        out += [f"| {name} | {ms:.2f} |" for name, ms in experiments["finish_ms"].items()]
+        out += ["", f"| growth_sends (batch {config['profile_batch']}, 1 worker) | ceiling+hand_over /s "
+                    "| engine /s |", "|---|---|---|"]
+        out += [f"| {variant} | {r['ceiling+hand_over']:,.0f} | {r['engine']:,.0f} |"
+                for variant, r in experiments["indexes"].items()]
     if chart and through:
         out += ["", f"![recipients/s by batch size and worker count]({chart})"]
     out += ["", "## Method", "", METHOD,

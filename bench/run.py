@@ -18,6 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATABASE = "zylior_bench"
 FAMILIES = ["ceiling", "engine", "peers", "smtp", "build", "memory", "admin", "profile"]
+OPT_IN = ["experiments"]  # only with --only
 QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000,
          "build_subscribers": 100_000, "memory_sizes": "5000,50000", "admin_sends": 100_000}
 
@@ -43,7 +44,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-batch", type=int, default=500)
     parser.add_argument("--admin-sends", type=int, help="sends of the admin's campaign (1,000,000)")
     parser.add_argument("--profile-batch", type=int, default=500)
-    parser.add_argument("--only", default=",".join(FAMILIES), help=f"some of {','.join(FAMILIES)}")
+    parser.add_argument("--only", default=",".join(FAMILIES), help=f"some of {','.join(FAMILIES + OPT_IN)}")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="logs, raw profiles, JSON")
     parser.add_argument("--publish", action=argparse.BooleanOptionalAction, default=None,
                         help="write bench/RESULTS.md and bench/results.png (default: when every "
@@ -56,7 +57,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     args.only = [f.strip() for f in args.only.split(",") if f.strip()]
-    unknown = set(args.only) - set(FAMILIES)
+    unknown = set(args.only) - set(FAMILIES) - set(OPT_IN)
     if unknown:
         parser.error(f"unknown families: {', '.join(sorted(unknown))}")
     if args.publish is None:
@@ -126,6 +127,8 @@ def measure(args: argparse.Namespace) -> dict:
         results["admin"] = _admin(args)
     if "profile" in want:
         results["profile"] = _profile(args)
+    if "experiments" in want:
+        results["experiments"] = _experiments(args)
     results["machine"]["load"] += f"; at the end: {machine.load()}"
     return results
 
@@ -224,6 +227,19 @@ def _profile(args) -> dict:
             "costs": {name: {k: v for k, v in cost.items() if k not in ("phases", "raw", "top_self")}
                       for name, cost in costs.items()},
             "indexes": hotspots.indexes()}
+
+
+def _experiments(args) -> dict:
+    from bench import data, experiments
+
+    audience = data.audience(args.recipients)
+    finish = experiments.finish(audience=audience, batch_size=args.profile_batch)
+    say("experiment: " + ", ".join(f"{k} {v:.1f} ms" for k, v in finish.items()))
+    indexes = experiments.indexes(audience=audience, batch_size=args.profile_batch,
+                                  repetitions=args.repetitions, out=args.out)
+    for variant, rates in indexes.items():
+        say(f"experiment: {variant}: " + ", ".join(f"{k} {v:,.0f} /s" for k, v in rates.items()))
+    return {"finish_ms": finish, "indexes": indexes}
 
 
 def main(argv: list[str] | None = None) -> None:
