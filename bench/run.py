@@ -260,6 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.publish:
         (HERE / "RESULTS.md").write_text(text)
         shutil.copy(args.out / "results.png", HERE / "results.png")
+        shutil.copy(args.out / "results.json", HERE / "results.json")
         say(f"written: {HERE / 'RESULTS.md'}, {HERE / 'results.png'}")
     else:
         say(f"written: {args.out / 'RESULTS.md'} (bench/RESULTS.md left as it was: partial run)")
