@@ -13,8 +13,11 @@ How each figure is taken (details in each module's docstring under `bench/`):
   (max − min) / median of the runs beside it when it is over 10 %.
 - **engine**: real `run_sender` processes, `SENDER_TRANSPORT=growth.transports.null.NullTransport`
   (every message rendered to bytes, none sent), logging at INFO. Recipients are built (by the
-  engine's build) and the campaign paused before the workers start; timed from the campaign's
-  resume to its `finished_at`, both by the database's clock. Worker start-up is not on the clock.
+  engine's build), `growth_sends` is VACUUM ANALYZEd (so every contender starts from the same
+  table and statistics; in production the first claims after a big build can run on stale
+  statistics: see FINDINGS.md) and the campaign paused before the workers start; timed from the
+  campaign's resume to its `finished_at`, both by the database's clock. Worker start-up is not on
+  the clock.
 - **ceiling**: the engine's own `claim` and `settle` statements from `growth/managers/sends.sql`,
   verbatim, in a bare psycopg loop, one process per worker, autocommit (one round trip each), same
   batch size. **ceiling+hand_over** adds the engine's `hand_over` once per batch: what the engine
