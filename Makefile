@@ -45,7 +45,8 @@ $(BENCH_STAMP): $(STAMP) requirements/bench.txt
 
 ## bench: the engine against its ceiling and its peers (procrastinate, pgqueuer), the SMTP path,
 ## the build, memory and the admin, on a fresh database; the table goes to bench/RESULTS.md.
-## Takes about an hour with the issue's figures; BENCH_ARGS=--quick for a small run, --help for more
+## About 2 1/2 hours with the issue's figures on a 2-core machine (BENCH_ARGS=--quick: ~10 minutes;
+## BENCH_ARGS="--only admin" for one family; BENCH_ARGS=--help for every option)
 bench: $(BENCH_STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
 

@@ -9,7 +9,6 @@ parent reports the seconds from the go to the last child's end.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import queue
 import time
 from collections.abc import Callable
@@ -103,7 +102,3 @@ class PeakRSS:
         except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError, ProcessLookupError):
             pass
 
-
-def machine_busy() -> float:
-    """The 1-minute load average per core (above ~0.5 before a run, expect noise)."""
-    return os.getloadavg()[0] / (os.cpu_count() or 1)
