@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 OUTBOX := $(CURDIR)/.data/outbox
 
-.PHONY: install demo test test-pg chaos lint run stop-db clean
+.PHONY: install demo test test-pg chaos bench lint run stop-db clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is needed (set PYTHON=...)")'
@@ -37,6 +38,17 @@ test-pg: install
 ## opt-outs, in both receiver modes, on a fresh database; exits 1 on loss or duplicates
 chaos: install
 	$(PY) manage.py chaos $(CHAOS_ARGS)
+
+$(BENCH_STAMP): $(STAMP) requirements/bench.txt
+	$(PY) -m pip install --quiet -r requirements/bench.txt
+	touch $@
+
+## bench: the engine against its ceiling and its peers (procrastinate, pgqueuer), the SMTP path,
+## the build, memory and the admin, on a fresh database; the table goes to bench/RESULTS.md.
+## About 2 1/2 hours with the issue's figures on a 2-core machine (BENCH_ARGS=--quick: ~10 minutes;
+## BENCH_ARGS="--only admin" for one family; BENCH_ARGS=--help for every option)
+bench: $(BENCH_STAMP)
+	$(PY) -m bench $(BENCH_ARGS)
 
 lint: install
 	$(PY) -m ruff check .

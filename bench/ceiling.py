@@ -1,0 +1,69 @@
+"""The ceiling: what PostgreSQL itself allows for the engine's state machine on these tables.
+
+Each worker process runs the engine's own statements from ``growth/managers/sends.sql``, verbatim
+and with the same parameters, in a bare psycopg loop: ``claim`` (queued -> sending, SKIP LOCKED)
+then ``settle`` (sending -> sent, set-based), until a claim comes back empty. Each statement is
+its own transaction (autocommit): one round trip each. No rendering, no Django, no ORM.
+
+Two variants, both measured: ``ceiling`` is claim + settle, as the issue defines it; the
+``+hand_over`` variant adds the engine's hand_over statement once per batch, which is what the
+engine does with an idempotent transport (the null one): its chunk is the whole batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.procs import timed_pool
+
+SENDS_SQL = Path(__file__).resolve().parent.parent / "growth" / "managers" / "sends.sql"
+LEASE = 300.0  # seconds, the engine's default
+MAX_ATTEMPTS, BACKOFF_BASE, BACKOFF_MAX = 5, 30.0, 3600.0  # the engine's defaults
+
+
+def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> int:
+    """One worker: claim, (hand over,) settle until nothing is left; return rows settled."""
+    import psycopg
+
+    from growth.managers.queries import load
+
+    queries = load(SENDS_SQL)
+    worker_id = f"ceiling-{index}"
+    # ClientCursor: parameters bound the way Django's psycopg backend binds them.
+    with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        claim = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE}
+        ready()
+        settled = 0
+        while True:
+            rows = conn.execute(queries["claim"], claim).fetchall()
+            if not rows:
+                return settled
+            ids = [row[0] for row in rows if row[6] == "sending"]
+            if hand_over:
+                ids = [i for i, status in conn.execute(
+                    queries["hand_over"], {"ids": ids, "worker_id": worker_id}).fetchall()
+                    if status == "sending"]
+            done = conn.execute(queries["settle"], {
+                "ids": ids, "outcomes": ["sent"] * len(ids), "provider_ids": ["null"] * len(ids),
+                "errors": [""] * len(ids), "worker_id": worker_id, "max_attempts": MAX_ATTEMPTS,
+                "backoff_base": BACKOFF_BASE, "backoff_max": BACKOFF_MAX}).fetchall()
+            settled += len(done)
+
+
+def run(*, audience, batch_size: int, workers: int, hand_over: bool) -> float:
+    """Seconds for ``workers`` processes to settle the whole audience."""
+    from bench import data
+
+    campaign_id = data.built_and_paused(audience)
+    data.resume(campaign_id)
+    return run_built(audience=audience, batch_size=batch_size, workers=workers, hand_over=hand_over)
+
+
+def run_built(*, audience, batch_size: int, workers: int, hand_over: bool) -> float:
+    """Seconds to settle the audience's campaign, already built and resumed."""
+    from bench import data
+
+    result = timed_pool(workers, work, data.conninfo(), batch_size, hand_over)
+    settled = sum(result.results)
+    assert settled == audience.size, f"ceiling settled {settled} of {audience.size}"
+    return result.seconds

@@ -1,0 +1,93 @@
+"""What the recommended changes would buy, measured on the bench database without touching the
+engine: ``python -m bench --only experiments`` (opt-in; not part of the default run).
+
+``finish``      EXPLAIN ANALYZE of the engine's ``finish`` statement and of a rewrite as a LIMIT 1
+                probe of the (campaign_id, status) index, on a campaign half sent.
+``indexes``     the ceiling (claim + hand_over + settle, the engine's statements) and the engine
+                with all of growth_sends's indexes, then with the four redundant ones dropped
+                (the job_id unique index and its LIKE twin, the single-column campaign_id and
+                account_id foreign-key indexes); the indexes are put back afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+from django.db import connection, transaction
+
+from bench import ceiling, data, engine
+from bench.hotspots import settle_half
+from growth.managers.campaigns import QUERIES as CAMPAIGN_QUERIES
+
+# The same test as a correlated LIMIT 1 probe: planned as a subplan per sending campaign, it walks
+# the (campaign_id, status) index and stops at the first row left, instead of the anti-join over
+# every row of growth_sends that the planner picks for NOT EXISTS.
+FINISH_PROBE = """
+UPDATE growth_campaigns c
+   SET status = 'sent', finished_at = now(), updated_at = now()
+ WHERE c.status = 'sending'
+   AND c.recipients_built_at IS NOT NULL
+   AND (SELECT 1 FROM growth_sends s
+         WHERE s.campaign_id = c.id AND s.status IN ('queued', 'sending') LIMIT 1) IS NULL
+RETURNING c.id
+"""
+REDUNDANT = ["growth_sends_job_id_cdc44ccc_like", "growth_sends_job_id_key",
+             "growth_sends_campaign_id_b750d3e1", "growth_sends_account_id_fdcb1af1"]
+
+
+def _execution_ms(statement: str) -> float:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE) " + statement)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    return float(re.search(r"Execution Time: ([\d.]+) ms", plan).group(1))
+
+
+def finish(*, audience, batch_size: int) -> dict[str, float]:
+    """ms of each finish statement (median of 5) on a campaign half sent."""
+    campaign_id = data.built_and_paused(audience)
+    data.resume(campaign_id)
+    settle_half(audience.size // 2, batch_size)
+    return {name: statistics.median(_execution_ms(sql) for _ in range(5))
+            for name, sql in (("finish (engine)", CAMPAIGN_QUERIES["finish"]),
+                              ("finish as a LIMIT 1 probe", FINISH_PROBE))}
+
+
+def indexes(*, audience, batch_size: int, repetitions: int, out) -> dict[str, dict[str, float]]:
+    """{variant: {contender: median recipients/s}} with all indexes and without the redundant ones."""
+    with connection.cursor() as cursor:  # (name, how to drop it, how to put it back)
+        cursor.execute("""
+            SELECT i.indexname,
+                   coalesce('ALTER TABLE growth_sends DROP CONSTRAINT "' || c.conname || '"',
+                            'DROP INDEX "' || i.indexname || '"'),
+                   coalesce('ALTER TABLE growth_sends ADD CONSTRAINT "' || c.conname || '" '
+                            || pg_get_constraintdef(c.oid), i.indexdef)
+              FROM pg_indexes i
+              LEFT JOIN pg_constraint c
+                ON c.conrelid = 'growth_sends'::regclass AND c.conname = i.indexname
+             WHERE i.tablename = 'growth_sends' AND i.indexname = ANY(%s)""", [REDUNDANT])
+        definitions = cursor.fetchall()
+    results = {}
+    try:
+        for variant in ("all 12 indexes", "4 redundant indexes dropped"):
+            if variant != "all 12 indexes":
+                with connection.cursor() as cursor:
+                    for _, drop, _ in definitions:
+                        cursor.execute(drop)
+            runs: dict[str, list[float]] = {"ceiling+hand_over": [], "engine": []}
+            for _ in range(repetitions):
+                runs["ceiling+hand_over"].append(ceiling.run(audience=audience, batch_size=batch_size,
+                                                             workers=1, hand_over=True))
+                runs["engine"].append(engine.run(audience=audience, batch_size=batch_size, workers=1,
+                                                 out=out, name="experiment"))
+            results[variant] = {k: audience.size / statistics.median(v) for k, v in runs.items()}
+    finally:
+        data.fresh_sends()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'growth_sends'")
+            present = {row[0] for row in cursor.fetchall()}
+            for name, _, create in definitions:
+                if name not in present:
+                    cursor.execute(create)
+    return results

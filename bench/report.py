@@ -1,0 +1,288 @@
+"""The results as a table (ratios first), as bench/RESULTS.md, and as a chart."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+PEER_BATCH = 500  # the batch size the targets are set for
+METHOD = """\
+How each figure is taken (details in each module's docstring under `bench/`):
+
+- **recipients/s** = N / seconds; the median of the repetitions is shown, with the spread
+  (max − min) / median of the runs beside it when it is over 10 %.
+- **engine**: real `run_sender` processes, `SENDER_TRANSPORT=growth.transports.null.NullTransport`
+  (every message rendered to bytes, none sent), logging at INFO. Recipients are built (by the
+  engine's build), `growth_sends` is VACUUM ANALYZEd (so every contender starts from the same
+  table and statistics; in production the first claims after a big build can run on stale
+  statistics: see FINDINGS.md) and the campaign paused before the workers start; timed from the
+  campaign's resume to its `finished_at`, both by the database's clock. Worker start-up is not on
+  the clock.
+- **ceiling**: the engine's own `claim` and `settle` statements from `growth/managers/sends.sql`,
+  verbatim, in a bare psycopg loop, one process per worker, autocommit (one round trip each), same
+  batch size. **ceiling+hand_over** adds the engine's `hand_over` once per batch: what the engine
+  does with an idempotent transport such as the null one, whose chunk is the whole batch. The
+  targets are against the plain ceiling (claim + settle, as the issue defines it); the second
+  column says how much of the gap the hand-over statement itself explains.
+- **pgqueuer** (asyncpg driver, `batch_size` = the batch size, drain mode) and **procrastinate**
+  (one job per fetch: no batch size; concurrency 1 per process) run async no-op tasks, one job per
+  recipient, one process per worker; enqueueing is not on the clock.
+- **SMTP**: an aiosmtpd sink on loopback in its own process. `run_sender` with the default Django
+  SMTP backend (plain receiver: a hand-over commit every `SENDER_HANDOFF_CHUNK` = 5 messages; and
+  idempotent: one per batch) against a raw `smtplib` loop sending pre-built copies of the engine's
+  own message over as many connections as there are workers.
+- **build**: `Send.objects.build_recipients` vs the same INSERT…SELECT alone vs a plain
+  INSERT…SELECT of the same rows, each on an emptied `growth_sends` after a CHECKPOINT.
+- **memory**: one `run_sender --until-idle` over a whole campaign (build included); peak RSS is
+  the kernel's high-water mark (VmHWM), polled every 20 ms with psutil.
+- **admin**: Django's test Client in process, logged-in superuser, median server time.
+"""
+
+
+def _median_rate(entry: dict) -> float:
+    return entry["jobs"] / statistics.median(entry["seconds"])
+
+
+def _spread(entry: dict) -> float:
+    rates = [entry["jobs"] / s for s in entry["seconds"]]
+    return (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0
+
+
+def _find(entries: list[dict], system: str, batch: int | None, workers: int) -> dict | None:
+    for entry in entries:
+        if entry["system"] == system and entry["batch"] == batch and entry["workers"] == workers:
+            return entry
+    return None
+
+
+def _rate(entries, system, batch, workers) -> float | None:
+    entry = _find(entries, system, batch, workers)
+    return _median_rate(entry) if entry else None
+
+
+def _cell(entries, system, batch, workers) -> str:
+    entry = _find(entries, system, batch, workers)
+    if entry is None:
+        return "–"
+    spread = _spread(entry)
+    return f"{_median_rate(entry):,.0f}" + (f" (±{spread / 2:.0%})" if spread > 0.10 else "")
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}×" if a and b else "–"
+
+
+def _met(ok: bool | None) -> str:
+    return "–" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def targets(results: dict) -> list[tuple[str, str, str, str]]:
+    """(target, figures, ratio, met) rows."""
+    rows = []
+    through = results.get("throughput", [])
+    worker_counts = sorted({e["workers"] for e in through})
+    for w in worker_counts:
+        engine = _rate(through, "engine", PEER_BATCH, w)
+        for system, batch, floor in (("ceiling", PEER_BATCH, 0.5), ("pgqueuer", PEER_BATCH, 2.0),
+                                     ("procrastinate", None, 40.0)):
+            other = _rate(through, system, batch, w)
+            if engine and other:
+                rows.append((f"engine b{PEER_BATCH}, {w} worker(s) ≥ {floor:g}× {system}",
+                             f"{engine:,.0f} vs {other:,.0f} /s", _ratio(engine, other),
+                             _met(engine / other >= floor)))
+    smtp = results.get("smtp", [])
+    for w in sorted({e["workers"] for e in smtp}):
+        raw = _rate(smtp, "smtplib", None, w)
+        for mode in ("plain", "idempotent"):
+            entry = next((e for e in smtp
+                          if e["system"] == f"smtp engine {mode}" and e["workers"] == w), None)
+            if raw and entry:
+                engine = _median_rate(entry)
+                rows.append((f"SMTP, {mode} receiver, {w} connection(s) ≥ 0.8× raw smtplib",
+                             f"{engine:,.0f} vs {raw:,.0f} /s", _ratio(engine, raw),
+                             _met(engine / raw >= 0.8)))
+    build = results.get("build")
+    if build:
+        med = {way: statistics.median(s) for way, s in build["seconds"].items()}
+        for way in ("plain", "statement"):
+            rows.append((f"build {build['size']:,} ≥ 0.9× {way} INSERT…SELECT",
+                         f"{med['engine']:.2f} s vs {med[way]:.2f} s", _ratio(med[way], med["engine"]),
+                         _met(med[way] / med["engine"] >= 0.9)))
+    memory = results.get("memory")
+    if memory and len(memory["sizes"]) >= 2:
+        sizes = sorted(memory["sizes"], key=int)
+        small, big = memory["sizes"][sizes[0]]["peak"], memory["sizes"][sizes[-1]]["peak"]
+        rows.append((f"peak RSS at {int(sizes[-1]):,} ≤ 1.2× at {int(sizes[0]):,}",
+                     f"{big / 2**20:.1f} vs {small / 2**20:.1f} MiB", _ratio(big, small),
+                     _met(big / small <= 1.2)))
+    admin = results.get("admin")
+    if admin:
+        for label, page in admin["pages"].items():
+            rows.append((f"admin {label} ({admin['sends']:,} sends) ≤ 300 ms", f"{page['ms']:.0f} ms",
+                         "–", _met(page["ms"] <= 300 and page["status"] == 200)))
+    return rows
+
+
+def markdown(results: dict, *, chart: str | None = None) -> str:
+    config, machine = results["config"], results["machine"]
+    out = ["# Benchmark results", "",
+           f"`python -m bench` — N = {config['recipients']:,} recipients, median of "
+           f"{config['repetitions']} runs, batch sizes {config['batch_sizes']}, workers "
+           f"{config['workers']}{' (--quick)' if config.get('quick') else ''}.", "",
+           "| machine | |", "|---|---|"]
+    if config.get("quick"):
+        out[-2:-2] = ["**A `--quick` validation run** (small N, few repetitions): it checks the harness; "
+                      "the issue's figures come from `make bench` with its defaults on a quiet machine. "
+                      "The load average below says how busy the machine was.", ""]
+    out += [f"| {key} | {value} |" for key, value in machine.items()]
+    out += ["", "## Targets (ratios measured in the same run)", "",
+            "| target | figures | ratio | |", "|---|---|---|---|"]
+    out += [f"| {t} | {f} | {r} | {m} |" for t, f, r, m in targets(results)]
+
+    through = results.get("throughput", [])
+    if through:
+        systems = ["engine", "ceiling", "ceiling+hand_over", "pgqueuer", "procrastinate"]
+        out += ["", "## Recipients settled per second", "",
+                "| batch | workers | " + " | ".join(systems)
+                + " | engine / ceiling | engine / ceiling+hand_over | engine / pgqueuer "
+                  "| engine / procrastinate |",
+                "|---|---|" + "---|" * (len(systems) + 4)]
+        batches = sorted({e["batch"] for e in through if e["batch"]})
+        for batch in batches:
+            for w in sorted({e["workers"] for e in through}):
+                cells = [_cell(through, s, None if s == "procrastinate" else batch, w) for s in systems]
+                engine = _rate(through, "engine", batch, w)
+                ratios = [_ratio(engine, _rate(through, s, None if s == "procrastinate" else batch, w))
+                          for s in ("ceiling", "ceiling+hand_over", "pgqueuer", "procrastinate")]
+                out.append(f"| {batch} | {w} | " + " | ".join(cells + ratios) + " |")
+        procrastinate = [e for e in through if e["system"] == "procrastinate"]
+        if procrastinate:
+            out += ["", f"procrastinate ran {procrastinate[0]['jobs']:,} jobs (it has no batch size; "
+                        "the same figure is shown on every batch row)."]
+    smtp = results.get("smtp", [])
+    if smtp:
+        out += ["", f"## SMTP path (recipients/s; engine batch {config['smtp_batch']})", "",
+                "| connections | raw smtplib | engine, plain receiver | engine, idempotent receiver "
+                "| plain / smtplib | idempotent / smtplib |", "|---|---|---|---|---|---|"]
+        for w in sorted({e["workers"] for e in smtp}):
+            raw = _rate(smtp, "smtplib", None, w)
+            plain = _rate(smtp, "smtp engine plain", config["smtp_batch"], w)
+            idem = _rate(smtp, "smtp engine idempotent", config["smtp_batch"], w)
+            out.append(f"| {w} | {_cell(smtp, 'smtplib', None, w)} "
+                       f"| {_cell(smtp, 'smtp engine plain', config['smtp_batch'], w)} "
+                       f"| {_cell(smtp, 'smtp engine idempotent', config['smtp_batch'], w)} "
+                       f"| {_ratio(plain, raw)} | {_ratio(idem, raw)} |")
+    build = results.get("build")
+    if build:
+        med = {way: statistics.median(s) for way, s in build["seconds"].items()}
+        out += ["", f"## Build ({build['size']:,} subscribers → {build['size']:,} recipients; "
+                    f"account generated in {build['generated_in']:.1f} s)", "",
+                "| way | seconds | recipients/s | plain / this |", "|---|---|---|---|"]
+        for way in ("engine", "statement", "plain"):
+            out.append(f"| {way} | {med[way]:.2f} | {build['size'] / med[way]:,.0f} "
+                       f"| {_ratio(med['plain'], med[way])} |")
+    memory = results.get("memory")
+    if memory:
+        out += ["", f"## Worker memory (run_sender --until-idle, batch {memory['batch']})", "",
+                "| recipients | peak RSS | wall time |", "|---|---|---|"]
+        for size, m in sorted(memory["sizes"].items(), key=lambda kv: int(kv[0])):
+            out.append(f"| {int(size):,} | {m['peak'] / 2**20:.1f} MiB | {m['seconds']:.0f} s |")
+    admin = results.get("admin")
+    if admin:
+        out += ["", f"## Admin ({admin['sends']:,}-send campaign)", "",
+                "| page | median server time | SQL queries | HTTP |", "|---|---|---|---|"]
+        for label, page in admin["pages"].items():
+            out.append(f"| {label} (`{page['url']}`) | {page['ms']:.0f} ms | {page['queries']} "
+                       f"| {page['status']} |")
+    profile = results.get("profile")
+    if profile:
+        spy = profile["spy"]
+        out += ["", f"## Where one worker's time goes (py-spy, batch {profile['batch']}, "
+                    f"{profile['size']:,} recipients, {profile['size'] / spy['seconds']:,.0f} /s "
+                    "under the profiler)", "",
+                "Share of the samples inside `Worker.cycle` (idle waits on PostgreSQL included).", "",
+                "| phase | inclusive | self |", "|---|---|---|"]
+        out += [f"| {label} | {inc:.1f} % | {own:.1f} % |" for label, inc, own in spy["phases"]
+                if inc >= 0.05]
+        out += ["", "Busiest frames (self):", "", "| frame | self |", "|---|---|"]
+        out += [f"| `{frame}` | {share:.1f} % |" for frame, share in spy["top_self"]]
+        smtp_spy = profile.get("smtp_spy")
+        if smtp_spy:
+            out += ["", f"The SMTP path (plain receiver, one connection, "
+                        f"{profile['size'] / smtp_spy['seconds']:,.0f} /s under the profiler):", "",
+                    "| phase | inclusive | self |", "|---|---|---|"]
+            out += [f"| {label} | {inc:.1f} % | {own:.1f} % |" for label, inc, own in smtp_spy["phases"]
+                    if inc >= 0.05]
+            out += ["", "| frame | self |", "|---|---|"]
+            out += [f"| `{frame}` | {share:.1f} % |" for frame, share in smtp_spy["top_self"]]
+        out += ["", "Writes per recipient (WAL from `pg_current_wal_lsn()`, row updates from "
+                    "`pg_stat_user_tables`, one worker):", "",
+                "| run | recipients/s | WAL bytes | row updates | of which HOT |", "|---|---|---|---|---|"]
+        for name, cost in profile.get("costs", {}).items():
+            out.append(f"| {name} | {profile['size'] / cost['seconds']:,.0f} "
+                       f"| {cost['wal_per_recipient']:,.0f} | {cost['updates_per_recipient']:.2f} "
+                       f"| {cost['hot_share']:.0%} |")
+        if profile.get("indexes"):
+            out += ["", f"`growth_sends` has {len(profile['indexes'])} indexes; a row update that is "
+                        "not HOT writes an entry into each (a partial one when its condition holds): "
+                        + ", ".join(f"`{name}`" for name, _ in profile["indexes"]) + "."]
+        explain = profile["explain"]
+        moments = list(explain)
+        out += ["", f"## Statement execution times (EXPLAIN ANALYZE, {profile['size']:,} rows, batch "
+                    f"{profile['batch']}; plans in `bench/out/explain-b{profile['batch']}.txt`)", "",
+                "| statement | " + " | ".join(moments) + " |", "|---|" + "---|" * len(moments)]
+        for name in explain[moments[0]]:
+            out.append(f"| {name} | " + " | ".join(f"{explain[m][name]:.2f} ms" for m in moments) + " |")
+    experiments = results.get("experiments")
+    if experiments:
+        out += ["", "## Experiments (`--only experiments`: the recommended changes, tried on the bench "
+                    "database)", "", "| finish statement, campaign half sent | ms |", "|---|---|"]
+        out += [f"| {name} | {ms:.2f} |" for name, ms in experiments["finish_ms"].items()]
+        out += ["", f"| growth_sends (batch {config['profile_batch']}, 1 worker) | ceiling+hand_over /s "
+                    "| engine /s |", "|---|---|---|"]
+        out += [f"| {variant} | {r['ceiling+hand_over']:,.0f} | {r['engine']:,.0f} |"
+                for variant, r in experiments["indexes"].items()]
+    if chart and through:
+        out += ["", f"![recipients/s by batch size and worker count]({chart})"]
+    out += ["", "## Method", "", METHOD,
+            "What limits the engine, with the changes recommended: `bench/FINDINGS.md`. "
+            "Scale-out notes: `bench/SCALE-OUT.md`."]
+    return "\n".join(out) + "\n"
+
+
+def chart(results: dict, path: Path) -> None:
+    through = results.get("throughput", [])
+    if not through:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    batches = sorted({e["batch"] for e in through if e["batch"]})
+    workers = sorted({e["workers"] for e in through})
+    styles = {"engine": ("#1f77b4", "-", "o"), "ceiling": ("#2ca02c", "--", "s"),
+              "ceiling+hand_over": ("#98df8a", ":", "s"), "pgqueuer": ("#ff7f0e", "-.", "^"),
+              "procrastinate": ("#d62728", "-.", "v")}
+    figure, axes = pyplot.subplots(1, len(batches), figsize=(5.5 * len(batches), 4.5), dpi=110,
+                                   sharey=True, squeeze=False)
+    for axis, batch in zip(axes[0], batches, strict=True):
+        for system, (colour, line, marker) in styles.items():
+            points = [(w, _rate(through, system, None if system == "procrastinate" else batch, w))
+                      for w in workers]
+            points = [(w, r) for w, r in points if r]
+            if points:
+                axis.plot(*zip(*points, strict=True), color=colour, linestyle=line, marker=marker,
+                          label=system)
+        axis.set_title(f"batch {batch}")
+        axis.set_xlabel("worker processes")
+        axis.set_xticks(workers)
+        axis.set_yscale("log")
+        axis.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("recipients settled per second (log)")
+    axes[0][-1].legend(loc="best", fontsize=8)
+    figure.suptitle(f"N = {results['config']['recipients']:,}, median of "
+                    f"{results['config']['repetitions']} runs — {results['machine']['cpu']}", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path)
+    pyplot.close(figure)

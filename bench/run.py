@@ -1,0 +1,266 @@
+"""``python -m bench``: measure every family, print the table (ratios first), write the results.
+
+Repetitions are the outer loop (every contender once, then all again), so that a noisy moment on
+the machine is spread over all of them rather than landing on one. Nothing here imports Django
+models at module level: the worker processes are fresh interpreters that import this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATABASE = "zylior_bench"
+FAMILIES = ["ceiling", "engine", "peers", "smtp", "build", "memory", "admin", "profile"]
+OPT_IN = ["experiments"]  # only with --only
+QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000,
+         "build_subscribers": 100_000, "memory_sizes": "5000,50000", "admin_sends": 100_000}
+
+
+def _ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a small run to check the harness: {QUICK} unless given")
+    parser.add_argument("--recipients", type=int, help="N for ceiling, engine, peers, SMTP (100,000)")
+    parser.add_argument("--repetitions", type=int, help="runs of each figure; the median is kept (3)")
+    parser.add_argument("--batch-sizes", default="20,500")
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--procrastinate-jobs", type=int,
+                        help="jobs for procrastinate (10,000: at ~100 jobs/s, N would take ~17 min a run)")
+    parser.add_argument("--smtp-workers", default="1,2")
+    parser.add_argument("--smtp-batch", type=int, default=500)
+    parser.add_argument("--build-subscribers", type=int, help="the build's account (1,000,000)")
+    parser.add_argument("--memory-sizes", help="recipients of the memory runs (10000,1000000)")
+    parser.add_argument("--memory-batch", type=int, default=500)
+    parser.add_argument("--admin-sends", type=int, help="sends of the admin's campaign (1,000,000)")
+    parser.add_argument("--profile-batch", type=int, default=500)
+    parser.add_argument("--only", default=",".join(FAMILIES), help=f"some of {','.join(FAMILIES + OPT_IN)}")
+    parser.add_argument("--out", type=Path, default=HERE / "out", help="logs, raw profiles, JSON")
+    parser.add_argument("--publish", action=argparse.BooleanOptionalAction, default=None,
+                        help="write bench/RESULTS.md and bench/results.png (default: when every "
+                             "family ran)")
+    args = parser.parse_args(argv)
+    defaults = {"recipients": 100_000, "repetitions": 3, "procrastinate_jobs": 10_000,
+                "build_subscribers": 1_000_000, "memory_sizes": "10000,1000000",
+                "admin_sends": 1_000_000}
+    for name, value in (QUICK if args.quick else defaults).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.only = [f.strip() for f in args.only.split(",") if f.strip()]
+    unknown = set(args.only) - set(FAMILIES) - set(OPT_IN)
+    if unknown:
+        parser.error(f"unknown families: {', '.join(sorted(unknown))}")
+    if args.publish is None:
+        args.publish = args.only == FAMILIES
+    return args
+
+
+def setup_django() -> None:
+    sys.path.insert(0, str(HERE.parent))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zylior.settings")
+    import django
+
+    django.setup()
+
+
+def fresh_database() -> None:
+    """An empty, migrated database of the bench's own (as ``manage.py chaos`` makes one)."""
+    from django.db import connection
+
+    connection.settings_dict["TEST"] = {**connection.settings_dict.get("TEST", {}), "NAME": DATABASE}
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def measure(args: argparse.Namespace) -> dict:
+    from bench import data, machine
+
+    results: dict = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                     "machine": machine.describe(), "throughput": [], "smtp": []}
+    batches, workers = _ints(args.batch_sizes), _ints(args.workers)
+    want = set(args.only)
+    audience = None
+    if want & {"ceiling", "engine", "peers", "smtp"}:
+        audience = data.audience(args.recipients)
+        say(f"{audience.size:,} recipients generated in {audience.seconds:.1f} s")
+    series: dict[tuple, list[float]] = {}
+
+    def record(system: str, batch: int | None, count: int, jobs: int, seconds: float) -> None:
+        series.setdefault((system, batch, count, jobs), []).append(seconds)
+        say(f"  {system:<18} batch {batch or '-':>4}  workers {count}  {jobs / seconds:>9,.0f} /s")
+
+    for rep in range(1, args.repetitions + 1):
+        say(f"repetition {rep} of {args.repetitions}")
+        for batch in batches:
+            for count in workers:
+                _throughput(want, args, audience, batch, count, record)
+        if "peers" in want:
+            from bench import peers
+
+            for count in workers:
+                record("procrastinate", None, count, args.procrastinate_jobs,
+                       peers.procrastinate_run(jobs=args.procrastinate_jobs, workers=count))
+        if "smtp" in want:
+            _smtp(args, audience, record)
+    for (system, batch, count, jobs), seconds in series.items():
+        entry = {"system": system, "batch": batch, "workers": count, "jobs": jobs, "seconds": seconds}
+        results["smtp" if system.startswith(("smtp", "smtplib")) else "throughput"].append(entry)
+
+    if "build" in want:
+        results["build"] = _build(args)
+    if "memory" in want:
+        results["memory"] = _memory(args)
+    if "admin" in want:
+        results["admin"] = _admin(args)
+    if "profile" in want:
+        results["profile"] = _profile(args)
+    if "experiments" in want:
+        results["experiments"] = _experiments(args)
+    results["machine"]["load"] += f"; at the end: {machine.load()}"
+    return results
+
+
+def _throughput(want, args, audience, batch, count, record) -> None:
+    from bench import ceiling, engine, peers
+
+    n = args.recipients
+    if "ceiling" in want:
+        record("ceiling", batch, count, n,
+               ceiling.run(audience=audience, batch_size=batch, workers=count, hand_over=False))
+        record("ceiling+hand_over", batch, count, n,
+               ceiling.run(audience=audience, batch_size=batch, workers=count, hand_over=True))
+    if "engine" in want:
+        record("engine", batch, count, n,
+               engine.run(audience=audience, batch_size=batch, workers=count, out=args.out))
+    if "peers" in want:
+        record("pgqueuer", batch, count, n, peers.pgqueuer_run(jobs=n, workers=count, batch_size=batch))
+
+
+def _smtp(args, audience, record) -> None:
+    from bench import smtp
+
+    with smtp.Sink() as sink:
+        for count in _ints(args.smtp_workers):
+            record("smtplib", None, count, audience.size,
+                   smtp.raw_run(audience=audience, workers=count, sink=sink))
+            for idempotent in (False, True):
+                record(f"smtp engine {'idempotent' if idempotent else 'plain'}", args.smtp_batch,
+                       count, audience.size,
+                       smtp.engine_run(audience=audience, workers=count, batch_size=args.smtp_batch,
+                                       sink=sink, idempotent=idempotent, out=args.out))
+
+
+def _build(args) -> dict:
+    from bench import build, data
+
+    audience = data.audience(args.build_subscribers)
+    say(f"build: {audience.size:,}-subscriber account generated in {audience.seconds:.1f} s")
+    seconds: dict[str, list[float]] = {}
+    for rep in range(args.repetitions):
+        for way, value in build.run(audience=audience).items():
+            seconds.setdefault(way, []).append(value)
+        say(f"  build {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in seconds.items()))
+    return {"size": audience.size, "generated_in": audience.seconds, "seconds": seconds}
+
+
+def _memory(args) -> dict:
+    from bench import data, engine
+
+    sizes = {}
+    for size in _ints(args.memory_sizes):
+        audience = data.audience(size)
+        peak, seconds = engine.peak_rss(audience=audience, batch_size=args.memory_batch, out=args.out)
+        sizes[size] = {"peak": peak, "seconds": seconds}
+        say(f"memory: {size:,} recipients, peak RSS {peak / 2**20:.1f} MiB ({seconds:.0f} s)")
+    return {"batch": args.memory_batch, "sizes": sizes}
+
+
+def _admin(args) -> dict:
+    from bench import admin_pages, data
+
+    audience = data.audience(args.admin_sends)
+    campaign_id = admin_pages.big_campaign(audience)
+    pages = admin_pages.run(campaign_id=campaign_id, repetitions=max(args.repetitions, 5))
+    for label, page in pages.items():
+        say(f"admin: {label} {page['ms']:.0f} ms, {page['queries']} queries (HTTP {page['status']})")
+    return {"sends": audience.size, "pages": pages}
+
+
+def _profile(args) -> dict:
+    from bench import data, hotspots, smtp
+
+    audience = data.audience(args.recipients)
+    spy = hotspots.spy(audience=audience, batch_size=args.profile_batch, out=args.out)
+    spy["top_self"] = hotspots.top_self(Path(spy["raw"]))
+    say(f"profile: py-spy over {audience.size:,} recipients ({spy['seconds']:.1f} s)")
+    with smtp.Sink() as sink:  # the SMTP path, plain receiver (the default), one connection
+        smtp_spy = hotspots.spy(audience=audience, batch_size=args.profile_batch, out=args.out,
+                                name="smtp", env={"EMAIL_URL": sink.url})
+    smtp_spy["top_self"] = hotspots.top_self(Path(smtp_spy["raw"]))
+    say(f"profile: py-spy over the SMTP path ({smtp_spy['seconds']:.1f} s)")
+    costs = {"engine (py-spy run)": spy}
+    for hand_over in (False, True):
+        name = "ceiling+hand_over" if hand_over else "ceiling"
+        costs[name] = hotspots.ceiling_cost(audience=audience, batch_size=args.profile_batch,
+                                            hand_over=hand_over)
+    for name, cost in costs.items():
+        say(f"profile: {name}: {cost['wal_per_recipient']:,.0f} WAL bytes, "
+            f"{cost['updates_per_recipient']:.2f} row updates ({cost['hot_share']:.0%} HOT) per recipient")
+    explain = hotspots.explain(audience=audience, batch_size=args.profile_batch, out=args.out)
+    say("profile: " + "; ".join(f"{moment}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items())
+                                for moment, ms in explain.items()))
+    return {"batch": args.profile_batch, "size": audience.size, "spy": spy, "smtp_spy": smtp_spy,
+            "explain": explain,
+            "costs": {name: {k: v for k, v in cost.items() if k not in ("phases", "raw", "top_self")}
+                      for name, cost in costs.items()},
+            "indexes": hotspots.indexes()}
+
+
+def _experiments(args) -> dict:
+    from bench import data, experiments
+
+    audience = data.audience(args.recipients)
+    finish = experiments.finish(audience=audience, batch_size=args.profile_batch)
+    say("experiment: " + ", ".join(f"{k} {v:.1f} ms" for k, v in finish.items()))
+    indexes = experiments.indexes(audience=audience, batch_size=args.profile_batch,
+                                  repetitions=args.repetitions, out=args.out)
+    for variant, rates in indexes.items():
+        say(f"experiment: {variant}: " + ", ".join(f"{k} {v:,.0f} /s" for k, v in rates.items()))
+    return {"finish_ms": finish, "indexes": indexes}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    setup_django()
+    fresh_database()
+    say(f"fresh database {DATABASE!r}; families: {', '.join(args.only)}")
+    results = measure(args)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+
+    from bench import report
+
+    text = report.markdown(results, chart="results.png")
+    print("\n" + text)
+    (args.out / "RESULTS.md").write_text(text)
+    report.chart(results, args.out / "results.png")
+    if args.publish:
+        (HERE / "RESULTS.md").write_text(text)
+        shutil.copy(args.out / "results.png", HERE / "results.png")
+        shutil.copy(args.out / "results.json", HERE / "results.json")
+        say(f"written: {HERE / 'RESULTS.md'}, {HERE / 'results.png'}")
+    else:
+        say(f"written: {args.out / 'RESULTS.md'} (bench/RESULTS.md left as it was: partial run)")
