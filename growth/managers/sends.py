@@ -11,6 +11,7 @@ from growth.transports.base import Outcome
 
 QUERIES = load_beside(__file__)
 
+ANALYZE_AFTER = 10_000  # rows built at once that make the table's statistics stale
 RECOVER_LIMIT = 10_000  # rows per recovery statement, to keep its transaction short
 
 
@@ -64,6 +65,10 @@ class SendManager(models.Manager):
                 return None
             created = _rowcount(QUERIES["build_recipients"], params)
             fetchall(QUERIES["mark_built"], params)
+        if created >= ANALYZE_AFTER:
+            # Before autovacuum gets to it, the planner would judge the claim by the old,
+            # empty statistics and read the whole campaign for every batch (seen: 1.2 s at 1M).
+            fetchall("ANALYZE growth_sends")
         return created
 
     def claim(self, *, worker_id: str, batch_size: int, lease: float,

@@ -5,6 +5,8 @@ from collections.abc import Sequence
 
 from django.conf import settings
 from django.core.mail import get_connection
+from django.core.mail.backends import smtp
+from django.core.mail.message import sanitize_address
 from django.utils.module_loading import import_string
 
 from growth.transports.base import BaseTransport, Delivery, Outcome
@@ -30,6 +32,7 @@ class DjangoMailTransport(BaseTransport):
         self._backend_path = backend
         self._backend_options = backend_options
         self._connection = None
+        self._senders: dict[str, str] = {}  # From as given -> as the SMTP envelope wants it
         backend_class = import_string(backend or settings.EMAIL_BACKEND)
         if idempotent is None:
             idempotent = settings.SENDER_IDEMPOTENT_TRANSPORT
@@ -67,10 +70,28 @@ class DjangoMailTransport(BaseTransport):
             outcomes.append(self._send_one(delivery))
         return outcomes
 
+    def _plain_smtp(self) -> bool:
+        """Django's own SMTP backend, not a subclass that changes what it sends."""
+        send = getattr(type(self._connection), "send_messages", None)
+        return send is smtp.EmailBackend.send_messages and self._connection.connection is not None
+
+    def _sendmail(self, message) -> int:
+        """Hand the prebuilt bytes to the open SMTP connection: what Django's backend would do,
+        without parsing both addresses again and rebuilding the message for every recipient."""
+        sender = self._senders.get(message.from_email)
+        if sender is None:
+            sender = self._senders[message.from_email] = sanitize_address(message.from_email,
+                                                                          "utf-8")
+        self._connection.connection.sendmail(sender, message.to, message.prebuilt)
+        return 1
+
     def _send_one(self, delivery: Delivery) -> Outcome:
         message = delivery.message
         try:
-            accepted = self._connection.send_messages([message])
+            if self._plain_smtp() and getattr(message, "prebuilt", None) is not None:
+                accepted = self._sendmail(message)
+            else:
+                accepted = self._connection.send_messages([message])
         except Exception as exc:
             verdict = classify(exc)
             if verdict.reconnect:
