@@ -107,7 +107,7 @@ def fresh_sends() -> None:
     """Empty growth_sends and cancel whatever campaign is left unfinished, so that every run
     starts from the same table and indexes and its workers see only its own campaign."""
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE growth_sends")
+        cursor.execute("TRUNCATE growth_sends CASCADE")  # and what refers to it (feedback events)
         cursor.execute("UPDATE growth_campaigns SET status = 'cancelled', finished_at = now() "
                        "WHERE status IN ('draft', 'approved', 'sending', 'paused')")
 
