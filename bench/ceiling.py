@@ -31,7 +31,8 @@ def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> 
     worker_id = f"ceiling-{index}"
     # ClientCursor: parameters bound the way Django's psycopg backend binds them.
     with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
-        claim = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE}
+        claim = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
+                 "campaign_id": None, "hand_over": False}
         ready()
         settled = 0
         while True:

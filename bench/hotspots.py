@@ -175,7 +175,8 @@ def _statements(batch_size: int) -> list[tuple[str, float, str]]:
     results = []
     with transaction.atomic():
         ms, plan = _explain(SEND_QUERIES["claim"],
-                            {"worker_id": worker, "batch_size": batch_size, "lease": 300.0})
+                            {"worker_id": worker, "batch_size": batch_size, "lease": 300.0,
+                             "campaign_id": None, "hand_over": False})
         results.append(("claim", ms, plan))
         with connection.cursor() as cursor:
             cursor.execute("SELECT id FROM growth_sends WHERE status = 'sending' AND claimed_by = %s",
@@ -220,7 +221,8 @@ def settle_half(rows: int, batch_size: int) -> None:
     with connection.cursor() as cursor:
         while done < rows:
             cursor.execute(SEND_QUERIES["claim"],
-                           {"worker_id": "half", "batch_size": batch_size, "lease": 300.0})
+                           {"worker_id": "half", "batch_size": batch_size, "lease": 300.0,
+                            "campaign_id": None, "hand_over": False})
             ids = [row[0] for row in cursor.fetchall()]
             cursor.execute(SEND_QUERIES["settle"], {
                 "ids": ids, "outcomes": ["sent"] * len(ids), "provider_ids": [""] * len(ids),
