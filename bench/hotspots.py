@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from bench import data, engine
 from growth.managers.campaigns import QUERIES as CAMPAIGN_QUERIES
 from growth.managers.sends import QUERIES as SEND_QUERIES
+from growth.models import Campaign
 
 # Functions whose inclusive share of the worker's time is reported (file suffix, function).
 PHASES = [
@@ -189,8 +190,9 @@ def _statements(batch_size: int) -> list[tuple[str, float, str]]:
             "errors": [""] * len(ids), "worker_id": worker, "max_attempts": 5,
             "backoff_base": 30.0, "backoff_max": 3600.0})
         results.append(("settle", ms, plan))
+        sending = [c.campaign_id for c in Campaign.objects.sending()]
         for name in ("finish", "outlook", "start_due"):
-            ms, plan = _explain(CAMPAIGN_QUERIES[name], {})
+            ms, plan = _explain(CAMPAIGN_QUERIES[name], {"campaign_ids": sending})
             results.append((name, ms, plan))
         ms, plan = _explain(SEND_QUERIES["recover_expired"],
                             {"idempotent": True, "max_attempts": 5, "limit": 10_000})
