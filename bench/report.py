@@ -246,7 +246,7 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
         out += ["", f"![recipients/s by batch size and worker count]({chart})"]
     out += ["", "## Method", "", METHOD,
             "What limits the engine, with the changes recommended: `bench/FINDINGS.md`. "
-            "Scale-out notes: `bench/SCALE-OUT.md`."]
+            "Scale-out notes: the README."]
     return "\n".join(out) + "\n"
 
 
