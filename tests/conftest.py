@@ -22,6 +22,30 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture
+def tenant():
+    from tests.factories import AccountFactory
+
+    return AccountFactory(name="Acme")
+
+
+@pytest.fixture
+def other_tenant():
+    from tests.factories import AccountFactory
+
+    return AccountFactory(name="Globex")
+
+
+@pytest.fixture
+def staff(client, tenant):
+    """A staff operator of ``tenant``, logged in on ``client``."""
+    from tests.factories import operator
+
+    user = operator(tenant)
+    client.force_login(user)
+    return user
+
+
+@pytest.fixture
 def smtp_server():
     server = SMTPServer().start()
     yield server

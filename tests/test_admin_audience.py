@@ -11,7 +11,6 @@ from django.urls import reverse
 from growth.models import Account, Membership, Subscriber, Suppression
 from growth.unsubscribe import make_token
 from tests.factories import (
-    AccountFactory,
     SegmentFactory,
     SubscriberFactory,
     UserFactory,
@@ -30,23 +29,6 @@ def texts(response) -> list[str]:
 def upload(content: str | bytes, name: str = "list.csv") -> SimpleUploadedFile:
     return SimpleUploadedFile(name, content.encode() if isinstance(content, str) else content,
                               content_type="text/csv")
-
-
-@pytest.fixture
-def tenant():
-    return AccountFactory(name="Acme")
-
-
-@pytest.fixture
-def other_tenant():
-    return AccountFactory(name="Globex")
-
-
-@pytest.fixture
-def staff(client, tenant):
-    user = operator(tenant)
-    client.force_login(user)
-    return user
 
 
 # --- subscriber CSV import -----------------------------------------------------------------------

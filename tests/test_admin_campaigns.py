@@ -15,7 +15,6 @@ from django.urls import reverse
 
 from growth.models import Campaign, Send
 from tests.factories import (
-    AccountFactory,
     CampaignFactory,
     SegmentFactory,
     SubscriberFactory,
@@ -56,23 +55,6 @@ def form_data(campaign, **changes) -> dict:
     }
     data.update(changes)
     return data
-
-
-@pytest.fixture
-def tenant():
-    return AccountFactory(name="Acme")
-
-
-@pytest.fixture
-def other_tenant():
-    return AccountFactory(name="Globex")
-
-
-@pytest.fixture
-def staff(client, tenant):
-    user = operator(tenant)
-    client.force_login(user)
-    return user
 
 
 # --- the list ------------------------------------------------------------------------------------

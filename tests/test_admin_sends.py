@@ -9,7 +9,6 @@ from django.urls import reverse
 
 from growth.models import Campaign, Send
 from tests.factories import (
-    AccountFactory,
     finished_campaign_with_unknown_rows,
     make_unknown,
     operator,
@@ -33,18 +32,6 @@ def rows(body: str) -> int:
 def act(client: Client, action: str, ids, **extra):
     return client.post(CHANGELIST, {"action": action, "_selected_action": list(ids), **extra},
                        follow=True)
-
-
-@pytest.fixture
-def tenant():
-    return AccountFactory()
-
-
-@pytest.fixture
-def staff(client, tenant):
-    user = operator(tenant)
-    client.force_login(user)
-    return user
 
 
 def test_sends_are_read_only(client, staff, tenant):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from growth.admin.scoping import TenantScopedAdmin
+from growth.admin.scoping import ReadOnlyAdmin, TenantScopedAdmin
 from growth.models import FeedbackEvent
 
 
 @admin.register(FeedbackEvent)
-class FeedbackEventAdmin(TenantScopedAdmin):
+class FeedbackEventAdmin(ReadOnlyAdmin, TenantScopedAdmin):
     list_display = ["received_at", "esp", "event_type", "email_lower", "account", "campaign",
                     "suppressed"]
     list_filter = ["esp", "event_type", "suppressed"]
@@ -17,11 +17,3 @@ class FeedbackEventAdmin(TenantScopedAdmin):
     list_select_related = ["account", "campaign"]
     show_full_result_count = False
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

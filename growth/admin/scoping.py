@@ -50,3 +50,16 @@ class ScopedRelatedFilter(admin.RelatedFieldListFilter):
         if ordering:
             choices = choices.order_by(*ordering)
         return [(obj.pk, str(obj)) for obj in choices]
+
+
+class ReadOnlyAdmin:
+    """Rows only the engine writes: the admin shows them, never adds, edits or deletes them."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -7,13 +7,13 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from growth.addresses import parse_address
-from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin
+from growth.admin.scoping import ReadOnlyAdmin, ScopedRelatedFilter, TenantScopedAdmin
 from growth.models import Send
 from growth.send_review import Review, mark_delivered, retry_unknown
 
 
 @admin.register(Send)
-class SendAdmin(TenantScopedAdmin):
+class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
     """Read only: rows move only through the engine, and an operator's two decisions about rows
     left 'unknown' by a crash."""
 
@@ -30,15 +30,6 @@ class SendAdmin(TenantScopedAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in self.opts.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def has_review_permission(self, request):
         """May decide about 'unknown' rows (the actions below)."""
