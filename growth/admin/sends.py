@@ -8,8 +8,10 @@ from django.utils.html import format_html
 
 from growth.addresses import parse_address
 from growth.admin.scoping import ReadOnlyAdmin, ScopedRelatedFilter, TenantScopedAdmin
-from growth.models import Send
+from growth.managers.sends import job_key
+from growth.models import Campaign, Send
 from growth.send_review import Review, mark_delivered, retry_unknown
+from growth.tenancy import scoped
 
 
 @admin.register(Send)
@@ -40,12 +42,16 @@ class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
         if not term:
             return queryset, False
         if term.startswith("campaign:"):
-            return queryset.filter(job_id=term), False
+            key = job_key(term)
+            return (queryset.filter(**key) if key else queryset.none()), False
         try:
             email_lower = parse_address(term).email_lower
         except ValidationError:
             return queryset.none(), False
-        return queryset.filter(email_lower=email_lower), False
+        # campaign by campaign: one probe of (campaign_id, email_lower) each, never a scan of
+        # growth_sends (the campaigns are the ones this operator may see)
+        campaigns = scoped(Campaign.objects.all(), request.user, account_field="account")
+        return queryset.filter(campaign__in=campaigns.values("id"), email_lower=email_lower), False
 
     @admin.display(description="campaign", ordering="campaign_id")
     def campaign_link(self, obj):

@@ -6,6 +6,7 @@ from datetime import datetime
 from django.db import models
 
 from growth.managers.queries import fetchall, load_beside
+from growth.managers.sends import job_key
 
 QUERIES = load_beside(__file__)
 
@@ -25,7 +26,8 @@ class FeedbackEventManager(models.Manager):
     feedback.sql)."""
 
     def send_by_job_id(self, *, job_id: str) -> Attribution | None:
-        return _one_send(fetchall(QUERIES["send_by_job_id"], {"job_id": job_id}))
+        key = job_key(job_id)
+        return _one_send(fetchall(QUERIES["send_by_job_id"], key)) if key else None
 
     def send_by_provider_id(self, *, message_id: str) -> Attribution | None:
         """Return the send the provider gave this id, unless none or several have it."""

@@ -2,9 +2,10 @@
 -- and the event itself, recorded once.
 
 -- send_by_job_id --
+-- through the (campaign, subscriber) index: a job id is 'campaign:<campaign_id>:<subscriber_id>'
 SELECT id, account_id, campaign_id, email_lower
   FROM growth_sends
- WHERE job_id = %(job_id)s;
+ WHERE campaign_id = %(campaign_id)s AND subscriber_id = %(subscriber_id)s;
 
 -- send_by_provider_id --
 -- Two rows with one provider id would be the provider's mistake: the caller takes only one.

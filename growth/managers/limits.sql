@@ -43,9 +43,14 @@ DO UPDATE SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst
 RETURNING id;
 
 -- current_rates --
--- messages a second over the last %(seconds)s seconds, per account
-SELECT account_id, count(*)::float / %(seconds)s
-  FROM growth_sends
- WHERE account_id = ANY(%(account_ids)s)
-   AND sent_at > now() - make_interval(secs => %(seconds)s)
- GROUP BY account_id;
+-- messages a second over the last %(seconds)s seconds, per account: only campaigns unfinished or
+-- finished since can have sent anything, and each is one range of (campaign_id, status, sent_at)
+SELECT c.account_id, count(*)::float / %(seconds)s
+  FROM growth_campaigns c
+  JOIN growth_sends s
+    ON s.campaign_id = c.id
+   AND s.status = 'sent'
+   AND s.sent_at > now() - make_interval(secs => %(seconds)s)
+ WHERE c.account_id = ANY(%(account_ids)s)
+   AND (c.finished_at IS NULL OR c.finished_at > now() - make_interval(secs => %(seconds)s))
+ GROUP BY c.account_id;

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,6 +14,16 @@ QUERIES = load_beside(__file__)
 
 ANALYZE_AFTER = 10_000  # rows built at once that make the table's statistics stale
 RECOVER_LIMIT = 10_000  # rows per recovery statement, to keep its transaction short
+JOB_ID = re.compile(r"campaign:(\d{1,18}):(\d{1,18})")  # as growth_sends.job_id computes it
+
+
+def job_key(job_id: str) -> dict[str, int] | None:
+    """{'campaign_id': …, 'subscriber_id': …} named by a job id, to find its row through the
+    (campaign, subscriber) unique index (job_id has no index of its own); None if not ours."""
+    match = JOB_ID.fullmatch(job_id.strip())
+    if match is None:
+        return None
+    return {"campaign_id": int(match[1]), "subscriber_id": int(match[2])}
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,10 +20,10 @@ SELECT 1 FROM growth_campaigns
 -- One row per address: the oldest eligible subscriber row stands for it. ON CONFLICT covers both
 -- (campaign, subscriber) and (campaign, email_lower), so a rebuild after a crash adds nothing,
 -- even when the oldest subscriber row for an address changed in between.
-INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower, job_id)
+-- job_id is not written here: the database computes it from (campaign_id, subscriber_id).
+INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower)
 SELECT DISTINCT ON (s.email_lower)
-       c.id, c.account_id, s.id, s.email, s.email_lower,
-       'campaign:' || c.id || ':' || s.id          -- deterministic: never a uuid or a timestamp
+       c.id, c.account_id, s.id, s.email, s.email_lower
   FROM growth_campaigns c
   JOIN growth_subscribers s ON s.account_id = c.account_id
  WHERE c.id = %(campaign_id)s
@@ -49,8 +49,11 @@ UPDATE growth_campaigns
 -- waiting). In the same statement, re-check the tenant's suppressions and the subscriber's
 -- status: an opt-out committed since the build turns the row into 'suppressed' before any
 -- network call. The rest become 'sending' under a lease. The caller commits, then delivers.
+-- Rows are found again by id = ANY(ARRAY(...)) and the checks are per-row subqueries, so the plan
+-- probes primary keys whatever the size of the campaign or the tenant's lists (joins to a CTE
+-- were planned as hash joins over a scan of all of growth_sends and growth_subscribers).
 WITH due AS (
-    SELECT s.id, s.account_id, s.subscriber_id, s.email_lower
+    SELECT s.id
       FROM growth_sends s
       JOIN growth_campaigns c ON c.id = s.campaign_id
      WHERE s.status = 'queued'
@@ -61,14 +64,14 @@ WITH due AS (
      LIMIT %(batch_size)s
        FOR UPDATE OF s SKIP LOCKED
 ), verdict AS MATERIALIZED (  -- computed once, not once per CASE below
-    SELECT due.id,
-           sub.status <> 'confirmed'
+    SELECT s.id,
+           (SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
            OR EXISTS (SELECT 1
                         FROM growth_suppressions x
-                       WHERE x.account_id = due.account_id
-                         AND x.email_lower = due.email_lower) AS blocked
-      FROM due
-      JOIN growth_subscribers sub ON sub.id = due.subscriber_id
+                       WHERE x.account_id = s.account_id
+                         AND x.email_lower = s.email_lower) AS blocked
+      FROM growth_sends s
+     WHERE s.id = ANY(ARRAY(SELECT id FROM due))
 )
 UPDATE growth_sends s
    SET status           = CASE WHEN v.blocked THEN 'suppressed' ELSE 'sending' END,
@@ -79,7 +82,8 @@ UPDATE growth_sends s
        claimed_by       = %(worker_id)s,
        updated_at       = now()
   FROM verdict v
- WHERE s.id = v.id
+ WHERE s.id = ANY(ARRAY(SELECT id FROM due))
+   AND s.id = v.id
 RETURNING s.id, s.campaign_id, s.account_id, s.subscriber_id, s.email, s.job_id, s.status,
           s.attempts;
 
@@ -89,13 +93,12 @@ RETURNING s.id, s.campaign_id, s.account_id, s.subscriber_id, s.email, s.job_id,
 -- Only rows still ours are touched: one whose lease expired and was taken over is not sent by us.
 WITH mine AS MATERIALIZED (  -- computed once, not once per CASE below
     SELECT s.id,
-           sub.status <> 'confirmed'
+           (SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
            OR EXISTS (SELECT 1
                         FROM growth_suppressions x
                        WHERE x.account_id = s.account_id
                          AND x.email_lower = s.email_lower) AS blocked
       FROM growth_sends s
-      JOIN growth_subscribers sub ON sub.id = s.subscriber_id
      WHERE s.id = ANY(%(ids)s)
        AND s.status = 'sending'
        AND s.claimed_by = %(worker_id)s
@@ -107,7 +110,8 @@ UPDATE growth_sends s
        lease_expires_at = CASE WHEN m.blocked THEN NULL ELSE s.lease_expires_at END,
        updated_at       = CASE WHEN m.blocked THEN now() ELSE s.updated_at END
   FROM mine m
- WHERE s.id = m.id
+ WHERE s.id = ANY(%(ids)s)
+   AND s.id = m.id
    -- again here, not only in the CTE: if a recovery moved the row after the CTE's snapshot,
    -- PostgreSQL re-checks these conditions on the row's new version and leaves it alone
    AND s.status = 'sending'
@@ -118,9 +122,8 @@ RETURNING s.id, s.status;
 -- the rows among these that an opt-out (or an unconfirmed subscriber) now blocks
 SELECT s.id
   FROM growth_sends s
-  JOIN growth_subscribers sub ON sub.id = s.subscriber_id
  WHERE s.id = ANY(%(ids)s)
-   AND (sub.status <> 'confirmed'
+   AND ((SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
         OR EXISTS (SELECT 1
                      FROM growth_suppressions x
                     WHERE x.account_id = s.account_id
@@ -133,7 +136,9 @@ SELECT s.id
 UPDATE growth_sends s
    SET status = CASE
            WHEN r.outcome = 'sent' THEN 'sent'
-           WHEN r.outcome = 'transient' AND c.status = 'cancelled' THEN 'cancelled'
+           WHEN r.outcome = 'transient'
+                AND (SELECT c.status FROM growth_campaigns c WHERE c.id = s.campaign_id) = 'cancelled'
+           THEN 'cancelled'
            WHEN r.outcome = 'transient' AND s.attempts < %(max_attempts)s THEN 'queued'
            ELSE 'failed' END,
        sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
@@ -148,10 +153,9 @@ UPDATE growth_sends s
        lease_expires_at = NULL,
        updated_at = now()
   FROM unnest(%(ids)s::bigint[], %(outcomes)s::text[], %(provider_ids)s::text[],
-              %(errors)s::text[]) AS r(id, outcome, provider_message_id, error),
-       growth_campaigns c
- WHERE s.id = r.id
-   AND c.id = s.campaign_id
+              %(errors)s::text[]) AS r(id, outcome, provider_message_id, error)
+ WHERE s.id = ANY(%(ids)s::bigint[])
+   AND s.id = r.id
    AND s.claimed_by = %(worker_id)s
    AND (s.status = 'sending' OR (s.status = 'unknown' AND r.outcome = 'sent'))
 RETURNING s.id, s.status;
