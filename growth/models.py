@@ -206,14 +206,17 @@ class Send(models.Model):
         UNKNOWN = "unknown"
         CANCELLED = "cancelled"
 
-    # No index of their own: (campaign, status) and the unique constraints lead with campaign,
-    # (account, email_lower) with account; every index is written on every claim and settle.
+    # No index of their own: (campaign, status, sent_at) and (campaign, email_lower) lead with
+    # campaign, and nothing looks sends up by account alone. Every index of growth_sends is
+    # written on every claim and settle: each one has to earn its place.
     campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="sends",
                                  db_index=False)
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="+",
                                 db_index=False)
     # PROTECT: deleting the subscriber would drop the row that says this address was mailed.
-    subscriber = models.ForeignKey(Subscriber, on_delete=models.PROTECT, related_name="sends")
+    # No index of its own: the unique (subscriber, campaign) serves lookups by subscriber.
+    subscriber = models.ForeignKey(Subscriber, on_delete=models.PROTECT, related_name="sends",
+                                   db_index=False)
     email = models.CharField(max_length=320)
     email_lower = models.CharField(max_length=320)
     # Computed by the database, so it can only ever be 'campaign:<cid>:<sid>' (never a uuid or a
@@ -243,7 +246,9 @@ class Send(models.Model):
         db_table = "growth_sends"
         ordering = ["id"]
         constraints = [
-            models.UniqueConstraint("campaign", "subscriber", name="send_unique_subscriber"),
+            # subscriber first: it also serves the foreign key (PROTECT looks sends up by
+            # subscriber), so that no second index of subscriber_id is written
+            models.UniqueConstraint("subscriber", "campaign", name="send_unique_subscriber"),
             models.UniqueConstraint("campaign", "email_lower", name="send_unique_address"),
             models.CheckConstraint(name="send_status_valid", condition=Q(status__in=[
                 "queued", "sending", "sent", "suppressed", "failed", "unknown", "cancelled"])),

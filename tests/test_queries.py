@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
 from growth.managers import campaigns, feedback, sends, suppressions
-from growth.managers.queries import load
+from growth.managers.queries import fetchall, load
 
 
 def write(tmp_path, text):
@@ -46,3 +47,20 @@ def test_an_empty_block_is_refused(tmp_path):
 @pytest.mark.parametrize("module", [campaigns, feedback, sends, suppressions])
 def test_every_manager_query_file_loads(module):
     assert module.QUERIES and all(q.strip() for q in module.QUERIES.values())
+
+
+def _setting_in_statement(**options) -> str:
+    return fetchall("SELECT current_setting('synchronous_commit')", **options)[0][0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_may_commit_without_waiting_for_the_disk_and_leaves_the_session_as_it_was():
+    assert _setting_in_statement(wait_for_flush=False) == "off"
+    assert _setting_in_statement() == "on"  # the setting ended with that statement's transaction
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inside_a_transaction_the_caller_keeps_its_durability():
+    with transaction.atomic():
+        assert _setting_in_statement(wait_for_flush=False) == "on"
+        assert _setting_in_statement() == "on"

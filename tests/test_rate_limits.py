@@ -100,3 +100,18 @@ def test_the_admin_shows_each_limit_beside_the_rate_sent_now(admin_client, djang
         page = admin_client.get("/admin/growth/ratelimit/").content.decode()
     assert "12.5" in page and "2.0/s" in page  # 20 sent over the last 10 s
     assert "transport growth.transports.null.NullTransport" in page
+
+
+@pytest.mark.django_db
+def test_the_current_rate_counts_each_tenants_sends_of_the_last_seconds_only():
+    ours, theirs, finished = (sending_campaign(count=6) for _ in range(3))
+    Worker(batch_size=6, transport=NullTransport()).cycle()  # one of them: 6 sent now
+    Worker(batch_size=6, transport=NullTransport()).cycle()
+    Worker(batch_size=6, transport=NullTransport()).cycle()
+    long_ago = timezone.now() - timezone.timedelta(hours=1)
+    Send.objects.filter(campaign=theirs).update(sent_at=long_ago)
+    Send.objects.filter(campaign=finished).update(sent_at=long_ago)
+    type(finished).objects.filter(id=finished.id).update(status="sent", finished_at=long_ago)
+    accounts = [ours.account_id, theirs.account_id, finished.account_id]
+    assert statuses(ours) == {"sent": 6}
+    assert RateLimit.objects.current_rates(accounts, seconds=10) == {ours.account_id: 0.6}

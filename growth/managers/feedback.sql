@@ -2,7 +2,7 @@
 -- and the event itself, recorded once.
 
 -- send_by_job_id --
--- through the (campaign, subscriber) index: a job id is 'campaign:<campaign_id>:<subscriber_id>'
+-- through the unique (subscriber, campaign) index: a job id is 'campaign:<campaign_id>:<subscriber_id>'
 SELECT id, account_id, campaign_id, email_lower
   FROM growth_sends
  WHERE campaign_id = %(campaign_id)s AND subscriber_id = %(subscriber_id)s;

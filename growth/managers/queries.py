@@ -34,10 +34,26 @@ def load_beside(module_file: str) -> dict[str, str]:
     return load(Path(module_file).with_suffix(".sql"))
 
 
-def fetchall(statement: str, params: dict | None = None) -> list[tuple]:
-    """Run one statement on the default connection and return its rows ([] if it has none)."""
+# Sent in the same query string as the statement: both run in one implicit transaction, which
+# the setting does not outlive (nothing is left on the session, as PgBouncer's transaction mode
+# requires).
+NO_FLUSH_WAIT = "SET LOCAL synchronous_commit = off;\n"
+
+
+def fetchall(statement: str, params: dict | None = None, *, wait_for_flush: bool = True) -> list[tuple]:
+    """Run one statement on the default connection and return its rows ([] if it has none).
+
+    ``wait_for_flush=False`` commits without waiting for the WAL to reach the disk, for
+    statements whose loss in a database crash (not a restart: the last few hundred ms of such
+    commits) the engine recovers from. Inside a transaction it has no effect: the setting would
+    apply to the caller's whole transaction.
+    """
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute(statement, params or {})
+        if wait_for_flush or connection.in_atomic_block:
+            cursor.execute(statement, params or {})
+        else:
+            cursor.execute(NO_FLUSH_WAIT + statement, params or {})
+            cursor.nextset()
         return cursor.fetchall() if cursor.description else []

@@ -19,7 +19,7 @@ JOB_ID = re.compile(r"campaign:(\d{1,18}):(\d{1,18})")  # as growth_sends.job_id
 
 def job_key(job_id: str) -> dict[str, int] | None:
     """{'campaign_id': …, 'subscriber_id': …} named by a job id, to find its row through the
-    (campaign, subscriber) unique index (job_id has no index of its own); None if not ours."""
+    unique (subscriber, campaign) index (job_id has no index of its own); None if not ours."""
     match = JOB_ID.fullmatch(job_id.strip())
     if match is None:
         return None
@@ -88,15 +88,20 @@ class SendManager(models.Manager):
         this returns). ``hand_over`` marks them handed over at once: for a receiver that
         de-duplicates, where a resend is harmless, this saves writing every row a third time."""
         # One statement, so its own transaction in autocommit: no BEGIN/COMMIT round trips.
+        # Its commit need not wait for the disk. If a database crash loses it, the rows are
+        # queued again: with a plain receiver nothing was sent, since the hand-over (which does
+        # wait, and whose flush carries this commit with it) finds them no longer ours; with an
+        # idempotent one a resend under the same key is absorbed.
         rows = fetchall(QUERIES["claim"], {"worker_id": worker_id, "batch_size": batch_size,
                                            "lease": lease, "campaign_id": campaign_id,
-                                           "hand_over": hand_over})
+                                           "hand_over": hand_over}, wait_for_flush=False)
         return sorted((Claimed(*row) for row in rows), key=lambda c: c.id)
 
     def hand_over(self, send_ids: Sequence[int], *, worker_id: str) -> dict[int, str]:
         """Mark rows as going on the wire now; return {id: 'sending' (send it) | 'suppressed'}.
 
-        Rows no longer ours are absent: they must not be sent.
+        Rows no longer ours are absent: they must not be sent. Its commit waits for the disk:
+        were it lost, a row that went out would look never handed over, and be sent again.
         """
         return dict(fetchall(QUERIES["hand_over"], {"ids": list(send_ids), "worker_id": worker_id}))
 
@@ -122,7 +127,10 @@ class SendManager(models.Manager):
             "backoff_base": backoff_base,
             "backoff_max": backoff_max,
         }
-        return dict(fetchall(QUERIES["settle"], params))
+        # Not waiting for the disk: a settle lost in a database crash leaves its rows 'sending'
+        # under a lease, and lease expiry treats them as after a worker's crash (queued again
+        # for an idempotent receiver, 'unknown' for a plain one): never dropped, never resent.
+        return dict(fetchall(QUERIES["settle"], params, wait_for_flush=False))
 
     def recover_expired(self, *, idempotent: bool, max_attempts: int) -> list[tuple[int, int, str]]:
         """Release rows whose lease expired; return (send id, campaign id, new status) of each."""

@@ -1,8 +1,10 @@
 """Fewer indexes written on every claim and settle: job_id becomes a column the database computes
 from (campaign, subscriber), whose unique constraint already makes it unique; the (account,
 email_lower) and (account, sent_at) indexes give way to lookups through each campaign's own
-indexes, (campaign, email_lower) and (campaign, status, sent_at)."""
+indexes, (campaign, email_lower) and (campaign, status, sent_at); the unique constraint on
+(campaign, subscriber) becomes (subscriber, campaign) and replaces the foreign key's index."""
 
+import django.db.models.deletion
 import django.db.models.functions.comparison
 import django.db.models.functions.text
 from django.db import migrations, models
@@ -15,6 +17,18 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RemoveConstraint(model_name="send", name="send_unique_subscriber"),
+        migrations.AlterField(
+            model_name="send",
+            name="subscriber",
+            field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT,
+                                    related_name="sends", to="growth.subscriber"),
+        ),
+        migrations.AddConstraint(
+            model_name="send",
+            constraint=models.UniqueConstraint(models.F("subscriber"), models.F("campaign"),
+                                               name="send_unique_subscriber"),
+        ),
         migrations.RemoveConstraint(model_name="send", name="send_unique_job_id"),
         migrations.RemoveIndex(model_name="send", name="send_account_address"),
         migrations.RemoveIndex(model_name="send", name="send_sent_at"),
