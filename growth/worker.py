@@ -3,7 +3,8 @@
 Each cycle: start due campaigns -> build their recipient lists -> recover expired leases -> claim
 a batch -> deliver it -> settle the outcomes -> finish campaigns with nothing left. The claim is
 committed before the network call and the settle after it, so a crash anywhere leaves rows that
-lease expiry recovers.
+lease expiry recovers. In ``run()``, settles go to a thread of their own (``growth.settler``), so
+that PostgreSQL records one batch while the loop claims and renders the next.
 
 Exactly-once is at-least-once plus an idempotent receiver. A crash after a message went out but
 before its row was settled leaves the row 'sending' until its lease expires; then, if the
@@ -22,7 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from django.conf import settings
@@ -32,6 +33,7 @@ from growth.managers.campaigns import Sending
 from growth.managers.sends import Claimed
 from growth.models import Campaign, RateLimit, Send
 from growth.rendering import CampaignContent, CampaignRenderer
+from growth.settler import Inline, Settler
 from growth.transports import BaseTransport, Delivery, Outcome, get_transport
 from growth.unsubscribe import LinkMaker
 
@@ -51,10 +53,33 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-@dataclass(frozen=True, slots=True)
-class BatchReport:
+@dataclass
+class Tally:
+    """What became of one campaign's share of a batch, for its log line. Added to from the loop
+    (rows suppressed at the hand-over) and from the settler (outcomes), hence the lock."""
+
+    campaign_id: int
     claimed: int
-    counts: Counter  # new status -> rows
+    to_send: int
+    started: float
+    counts: Counter = field(default_factory=Counter)  # new status -> rows
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, settled: dict[int, str]) -> None:
+        with self._lock:
+            self.counts.update(settled.values())
+
+    def log(self, worker_id: str) -> None:
+        counts = self.counts
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        logger.info(
+            "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, "
+            "left to lease expiry %d (%.0f/s)",
+            self.campaign_id, self.claimed, counts["sent"], counts["queued"], counts["failed"],
+            counts["suppressed"] + self.claimed - self.to_send,
+            self.to_send - sum(counts.values()), self.claimed / elapsed,
+            extra={"campaign_id": self.campaign_id, "worker_id": worker_id},
+        )
 
 
 class Worker:
@@ -84,6 +109,7 @@ class Worker:
         self._was_full = False
         self._housekept_at = 0.0
         self._links: LinkMaker | None = None
+        self._settler: Settler | Inline = Inline()  # a single cycle() settles as it goes
 
     def _receiver_deduplicates(self) -> bool:
         declared = self.transport.idempotent
@@ -105,9 +131,12 @@ class Worker:
     def run(self) -> None:
         logger.info("worker %s started (batch %d, lease %.0fs, %s transport)", self.worker_id,
                     self.batch_size, self.lease, "idempotent" if self.idempotent else "plain")
+        self._settler = Settler()
         try:
             self._loop()  # the transport connects on first use: a mail server down now is transient
         finally:
+            self._settler.close()  # what went out is settled before we go
+            self._settler = Inline()
             self.transport.close()
             connection.close()
             logger.info("worker %s stopped", self.worker_id)
@@ -139,6 +168,7 @@ class Worker:
             self._process(batch)
         full = bool(batch) and len(batch) == wanted
         if not full:  # while full batches come, no campaign can be finished yet
+            self._settler.drain()  # finish judges by settled rows
             for campaign_id in Campaign.objects.finish():
                 logger.info("campaign %s finished", campaign_id)
         self._was_full = full
@@ -205,36 +235,33 @@ class Worker:
             by_campaign.setdefault(row.campaign_id, []).append(row)
         for campaign_id, rows in by_campaign.items():
             to_send = [row for row in rows if row.status == Send.Status.SENDING]
-            settled = self._deliver(campaign_id, to_send) if to_send else {}
-            counts = Counter(settled.values())
-            counts[Send.Status.SUPPRESSED] += len(rows) - len(to_send)
-            elapsed = max(time.monotonic() - started, 1e-6)
-            logger.info(
-                "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, "
-                "left to lease expiry %d (%.0f/s)",
-                campaign_id, len(rows), counts["sent"], counts["queued"], counts["failed"],
-                counts["suppressed"], len(to_send) - len(settled), len(rows) / elapsed,
-                extra={"campaign_id": campaign_id, "worker_id": self.worker_id},
-            )
+            tally = Tally(campaign_id, claimed=len(rows), to_send=len(to_send), started=started)
+            if to_send:
+                self._deliver(campaign_id, to_send, tally)
+            self._settler.submit(lambda tally=tally: tally.log(self.worker_id))
 
-    def _deliver(self, campaign_id: int, rows: Sequence[Claimed]) -> dict[int, str]:
-        """Render, hand over, send and settle, chunk by chunk; return {send id: new status}.
+    def _deliver(self, campaign_id: int, rows: Sequence[Claimed], tally: Tally) -> None:
+        """Render, hand over, send and settle, chunk by chunk.
 
-        Each chunk is marked handed over (committed) before the transport sees it and settled
-        right after, so a kill leaves in doubt only the chunk that was on the wire.
+        Each chunk is marked handed over (committed) before the transport sees it and given to
+        the settler right after, so a kill leaves in doubt only the chunk that was on the wire and
+        those whose settle was still on its way (at most the settler's depth).
         """
         deliveries, unrenderable = self._render(campaign_id, rows)
-        settled = self._settle(unrenderable)
+        self._record(unrenderable, tally)
         for start in range(0, len(deliveries), self.chunk_size):
             chunk = deliveries[start:start + self.chunk_size]
             handed = self._retrying_db(lambda chunk=chunk: self._hand_over(chunk),
                                        deadline=time.monotonic() + self.lease, default=None)
             if handed is None:
                 break  # no database for a whole lease: unsent, these rows are queued again on expiry
-            settled |= {i: status for i, status in handed.items() if status != Send.Status.SENDING}
+            tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
             go = [d for d in chunk if handed.get(d.send_id) == Send.Status.SENDING]
-            settled |= self._settle(self.transport.send_bulk(go))
-        return settled
+            self._record(self.transport.send_bulk(go), tally)
+
+    def _record(self, outcomes: Sequence[Outcome], tally: Tally) -> None:
+        if outcomes:
+            self._settler.submit(lambda: tally.add(self._settle(outcomes)))
 
     def _hand_over(self, chunk: Sequence[Delivery]) -> dict[int, str]:
         """Return {send id: 'sending' (send it) | 'suppressed'} for the rows still ours."""
