@@ -10,6 +10,7 @@ carries the headers that make a retry harmless and an opt-out one click away:
 
 from __future__ import annotations
 
+import html as html_lib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,6 @@ from email.utils import formataddr
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.template import Context, Engine, TemplateSyntaxError
-from django.utils.html import conditional_escape
 
 from growth.mime import MessageLayout, OutgoingEmail
 from growth.unsubscribe import LinkMaker
@@ -133,8 +133,10 @@ def _compile(source: str, *, html: bool) -> Callable[[dict[str, str]], str]:
     layout = escaped[0] + "".join(f"{{{name}}}{literal}"
                                   for name, literal in zip(names, escaped[1:], strict=True))
     if html:
+        # the values are plain str (an address, a URL): Django's escape() is this same call,
+        # behind a lazy-string check that cost 5 % of a worker's time
         return lambda values: layout.format_map(
-            _Blank({k: conditional_escape(v) for k, v in values.items()}))
+            _Blank({k: html_lib.escape(v) for k, v in values.items()}))
     return lambda values: layout.format_map(_Blank(values))
 
 

@@ -3,7 +3,9 @@
 Settling a batch is PostgreSQL's work; claiming and rendering the next one is mostly the worker's.
 Done one after the other, each waits for the other. Handed to a thread of its own (which mostly
 waits on its socket, without the GIL), the settle of one batch overlaps the claim and rendering of
-the next, and PostgreSQL writes both on two cores.
+the next, and PostgreSQL writes both on two cores. The worker uses it with an idempotent receiver
+only: a row left unsettled by a kill is then retried under its key and absorbed, where with a
+plain receiver it would be 'unknown' for an operator.
 
 Calls run one at a time, in the order given. At most ``depth`` wait: the loop then blocks instead
 of racing ahead, so that what a kill leaves unsettled stays bounded (those rows are 'sending'

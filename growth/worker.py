@@ -3,8 +3,10 @@
 Each cycle: start due campaigns -> build their recipient lists -> recover expired leases -> claim
 a batch -> deliver it -> settle the outcomes -> finish campaigns with nothing left. The claim is
 committed before the network call and the settle after it, so a crash anywhere leaves rows that
-lease expiry recovers. In ``run()``, settles go to a thread of their own (``growth.settler``), so
-that PostgreSQL records one batch while the loop claims and renders the next.
+lease expiry recovers. With an idempotent receiver, ``run()`` settles on a thread of its own
+(``growth.settler``), so that PostgreSQL records one batch while the loop claims and renders the
+next; with a plain one each chunk is settled before the next is handed over, so that a kill leaves
+in doubt only the chunk that was on the wire.
 
 Exactly-once is at-least-once plus an idempotent receiver. A crash after a message went out but
 before its row was settled leaves the row 'sending' until its lease expires; then, if the
@@ -131,7 +133,9 @@ class Worker:
     def run(self) -> None:
         logger.info("worker %s started (batch %d, lease %.0fs, %s transport)", self.worker_id,
                     self.batch_size, self.lease, "idempotent" if self.idempotent else "plain")
-        self._settler = Settler()
+        # Unsettled rows at a kill cost nothing with an idempotent receiver (they are retried and
+        # absorbed); with a plain one each would be 'unknown' for an operator: settle in line.
+        self._settler = Settler() if self.idempotent else Inline()
         try:
             self._loop()  # the transport connects on first use: a mail server down now is transient
         finally:
@@ -243,9 +247,9 @@ class Worker:
     def _deliver(self, campaign_id: int, rows: Sequence[Claimed], tally: Tally) -> None:
         """Render, hand over, send and settle, chunk by chunk.
 
-        Each chunk is marked handed over (committed) before the transport sees it and given to
-        the settler right after, so a kill leaves in doubt only the chunk that was on the wire and
-        those whose settle was still on its way (at most the settler's depth).
+        Each chunk is marked handed over (committed) before the transport sees it and settled
+        right after (or, for an idempotent receiver, given to the settler), so that with a plain
+        receiver a kill leaves in doubt only the chunk that was on the wire.
         """
         deliveries, unrenderable = self._render(campaign_id, rows)
         self._record(unrenderable, tally)

@@ -96,7 +96,9 @@ def test_sigkill_mid_campaign_then_restart_idempotent_receiver(sender, smtp_serv
     assert statuses(campaign) == {"sent": 300}
     assert set(keys) == job_ids(campaign)  # a de-duplicating receiver has each key once
     resent = [key for key, n in keys.items() if n > 1]
-    assert len(resent) <= BATCH  # only the batch in flight went out twice on the wire
+    # only the batch in flight, and the one before it if its settle had not committed (the
+    # settler records a batch while the next goes out), went out twice on the wire
+    assert len(resent) <= 2 * BATCH
 
 
 def test_replicas_racing_on_one_campaign_send_each_recipient_once(sender, smtp_server):
