@@ -31,8 +31,11 @@ def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> 
     worker_id = f"ceiling-{index}"
     # ClientCursor: parameters bound the way Django's psycopg backend binds them.
     with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        # the engine claims campaign by campaign: so does the ceiling (the bench's one)
+        (campaign_id,) = conn.execute(
+            "SELECT id FROM growth_campaigns WHERE status = 'sending'").fetchone()
         claim = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-                 "campaign_id": None, "hand_over": False}
+                 "campaign_id": campaign_id, "hand_over": False}
         ready()
         settled = 0
         while True:
