@@ -22,9 +22,8 @@ from growth.managers.sends import QUERIES
 from growth.models import Campaign, Send
 
 PLAIN_SQL = """
-INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower, job_id)
-SELECT %(campaign_id)s, s.account_id, s.id, s.email, s.email_lower,
-       'campaign:' || %(campaign_id)s || ':' || s.id
+INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower)
+SELECT %(campaign_id)s, s.account_id, s.id, s.email, s.email_lower
   FROM growth_subscribers s
   JOIN growth_segments g ON g.id = s.segment_id AND g.name = 'main'
  WHERE s.account_id = %(account_id)s AND s.status = 'confirmed' AND s.email_lower LIKE 'r%%'
