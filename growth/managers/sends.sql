@@ -45,13 +45,14 @@ UPDATE growth_campaigns
  WHERE id = %(campaign_id)s AND recipients_built_at IS NULL;
 
 -- claim --
--- Take up to batch_size due rows (of one campaign, or of any) no other worker holds (SKIP LOCKED: disjoint batches, no
--- waiting). In the same statement, re-check the tenant's suppressions and the subscriber's
--- status: an opt-out committed since the build turns the row into 'suppressed' before any
--- network call. The rest become 'sending' under a lease. The caller commits, then delivers.
--- Rows are found again by id = ANY(ARRAY(...)) and the checks are per-row subqueries, so the plan
--- probes primary keys whatever the size of the campaign or the tenant's lists (joins to a CTE
--- were planned as hash joins over a scan of all of growth_sends and growth_subscribers).
+-- Take up to batch_size due rows (of one campaign, or of any) no other worker holds (SKIP LOCKED:
+-- disjoint batches, no waiting). In the same statement, re-check the tenant's suppressions and the
+-- subscriber's status: an opt-out committed since the build turns the row into 'suppressed' before
+-- any network call. The rest become 'sending' under a lease. The caller commits, then delivers.
+-- Rows are found again by id = ANY(ARRAY(...)), the checks are per-row subqueries and no CTE is
+-- joined, so the plan probes primary keys whatever the size of the campaign, of the tenant's
+-- lists or of the batch (joins were planned as hash joins over a scan of all of growth_sends and
+-- growth_subscribers, or, on stale statistics, as a nested loop of batch x batch comparisons).
 WITH due AS (
     SELECT s.id
       FROM growth_sends s
@@ -63,27 +64,27 @@ WITH due AS (
      ORDER BY s.id
      LIMIT %(batch_size)s
        FOR UPDATE OF s SKIP LOCKED
-), verdict AS MATERIALIZED (  -- computed once, not once per CASE below
-    SELECT s.id,
-           (SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
-           OR EXISTS (SELECT 1
-                        FROM growth_suppressions x
-                       WHERE x.account_id = s.account_id
-                         AND x.email_lower = s.email_lower) AS blocked
+), blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in a hash
+    SELECT s.id
       FROM growth_sends s
      WHERE s.id = ANY(ARRAY(SELECT id FROM due))
+       AND ((SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
+            OR EXISTS (SELECT 1
+                         FROM growth_suppressions x
+                        WHERE x.account_id = s.account_id
+                          AND x.email_lower = s.email_lower))
 )
 UPDATE growth_sends s
-   SET status           = CASE WHEN v.blocked THEN 'suppressed' ELSE 'sending' END,
-       attempts         = s.attempts + CASE WHEN v.blocked THEN 0 ELSE 1 END,
-       lease_expires_at = CASE WHEN v.blocked THEN NULL
+   SET status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
+                               ELSE 'sending' END,
+       attempts         = s.attempts + CASE WHEN s.id IN (SELECT id FROM blocked) THEN 0 ELSE 1 END,
+       lease_expires_at = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL
                                ELSE now() + make_interval(secs => %(lease)s) END,
-       handed_over_at   = CASE WHEN %(hand_over)s AND NOT v.blocked THEN now() END,
+       handed_over_at   = CASE WHEN %(hand_over)s AND s.id NOT IN (SELECT id FROM blocked)
+                               THEN now() END,
        claimed_by       = %(worker_id)s,
        updated_at       = now()
-  FROM verdict v
  WHERE s.id = ANY(ARRAY(SELECT id FROM due))
-   AND s.id = v.id
 RETURNING s.id, s.campaign_id, s.account_id, s.subscriber_id, s.email, s.job_id, s.status,
           s.attempts;
 
@@ -91,28 +92,27 @@ RETURNING s.id, s.campaign_id, s.account_id, s.subscriber_id, s.email, s.job_id,
 -- Mark rows as about to go on the wire, committed before the transport sees them, and check
 -- suppressions once more: an opt-out committed since the claim still stops the message here.
 -- Only rows still ours are touched: one whose lease expired and was taken over is not sent by us.
-WITH mine AS MATERIALIZED (  -- computed once, not once per CASE below
-    SELECT s.id,
-           (SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
-           OR EXISTS (SELECT 1
-                        FROM growth_suppressions x
-                       WHERE x.account_id = s.account_id
-                         AND x.email_lower = s.email_lower) AS blocked
+WITH blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in a hash
+    SELECT s.id
       FROM growth_sends s
      WHERE s.id = ANY(%(ids)s)
-       AND s.status = 'sending'
-       AND s.claimed_by = %(worker_id)s
+       AND ((SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
+            OR EXISTS (SELECT 1
+                         FROM growth_suppressions x
+                        WHERE x.account_id = s.account_id
+                          AND x.email_lower = s.email_lower))
 )
 UPDATE growth_sends s
-   SET handed_over_at   = CASE WHEN m.blocked THEN NULL ELSE now() END,
-       status           = CASE WHEN m.blocked THEN 'suppressed' ELSE 'sending' END,
-       attempts         = s.attempts - CASE WHEN m.blocked THEN 1 ELSE 0 END,
-       lease_expires_at = CASE WHEN m.blocked THEN NULL ELSE s.lease_expires_at END,
-       updated_at       = CASE WHEN m.blocked THEN now() ELSE s.updated_at END
-  FROM mine m
+   SET handed_over_at   = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL ELSE now() END,
+       status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
+                               ELSE 'sending' END,
+       attempts         = s.attempts - CASE WHEN s.id IN (SELECT id FROM blocked) THEN 1 ELSE 0 END,
+       lease_expires_at = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL
+                               ELSE s.lease_expires_at END,
+       updated_at       = CASE WHEN s.id IN (SELECT id FROM blocked) THEN now()
+                               ELSE s.updated_at END
  WHERE s.id = ANY(%(ids)s)
-   AND s.id = m.id
-   -- again here, not only in the CTE: if a recovery moved the row after the CTE's snapshot,
+   -- in the UPDATE itself: if a recovery moved the row after the statement's snapshot,
    -- PostgreSQL re-checks these conditions on the row's new version and leaves it alone
    AND s.status = 'sending'
    AND s.claimed_by = %(worker_id)s
