@@ -14,7 +14,7 @@ from django.db import connection
 from django.utils import timezone
 
 from growth.models import Campaign, Send
-from growth.services import approve_campaign
+from growth.operations.campaigns import approve_campaign
 
 BODY_TEXT = """Hello {{ email }},
 

@@ -23,7 +23,7 @@ from bench.procs import PeakRSS
 from growth.chaos.fleet import database_url
 
 MANAGE_PY = Path(settings.BASE_DIR) / "manage.py"
-NULL = "growth.transports.null.NullTransport"
+NULL = "growth.sending.transports.null.NullTransport"
 READY_TIMEOUT = 120.0  # seconds for every worker to say "started"
 POLL = 0.05  # seconds between looks at the campaign
 TIMEOUT = 7200.0  # seconds for one campaign

@@ -1,8 +1,6 @@
 """What the recommended changes would buy, measured on the bench database without touching the
 engine: ``python -m bench --only experiments`` (opt-in; not part of the default run).
 
-``finish``      EXPLAIN ANALYZE of the engine's ``finish`` statement and of a rewrite as a LIMIT 1
-                probe of the (campaign_id, status) index, on a campaign half sent.
 ``indexes``     the ceiling (claim + hand_over + settle, the engine's statements) and the engine
                 with all of growth_sends's indexes, then with only the primary key and the
                 claim's partial indexes: what the other indexes (uniqueness, progress, recovery,
@@ -11,46 +9,13 @@ engine: ``python -m bench --only experiments`` (opt-in; not part of the default 
 
 from __future__ import annotations
 
-import re
 import statistics
 
-from django.db import connection, transaction
+from django.db import connection
 
 from bench import ceiling, data, engine
-from bench.hotspots import settle_half
-from growth.managers.campaigns import QUERIES as CAMPAIGN_QUERIES
 
-# The same test as a correlated LIMIT 1 probe: planned as a subplan per sending campaign, it walks
-# the (campaign_id, status) index and stops at the first row left, instead of the anti-join over
-# every row of growth_sends that the planner picks for NOT EXISTS.
-FINISH_PROBE = """
-UPDATE growth_campaigns c
-   SET status = 'sent', finished_at = now(), updated_at = now()
- WHERE c.status = 'sending'
-   AND c.recipients_built_at IS NOT NULL
-   AND (SELECT 1 FROM growth_sends s
-         WHERE s.campaign_id = c.id AND s.status IN ('queued', 'sending') LIMIT 1) IS NULL
-RETURNING c.id
-"""
 KEPT = ["growth_sends_pkey", "send_queued", "send_queued_by_campaign"]  # what the claim needs
-
-
-def _execution_ms(statement: str) -> float:
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE) " + statement)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        transaction.set_rollback(True)
-    return float(re.search(r"Execution Time: ([\d.]+) ms", plan).group(1))
-
-
-def finish(*, audience, batch_size: int) -> dict[str, float]:
-    """ms of each finish statement (median of 5) on a campaign half sent."""
-    campaign_id = data.built_and_paused(audience)
-    data.resume(campaign_id)
-    settle_half(audience.size // 2, batch_size)
-    return {name: statistics.median(_execution_ms(sql) for _ in range(5))
-            for name, sql in (("finish (engine)", CAMPAIGN_QUERIES["finish"]),
-                              ("finish as a LIMIT 1 probe", FINISH_PROBE))}
 
 
 def indexes(*, audience, batch_size: int, repetitions: int, out) -> dict[str, dict[str, float]]:

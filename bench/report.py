@@ -11,7 +11,7 @@ How each figure is taken (details in each module's docstring under `bench/`):
 
 - **recipients/s** = N / seconds; the median of the repetitions is shown, with the spread
   (max − min) / median of the runs beside it when it is over 10 %.
-- **engine**: real `run_sender` processes, `SENDER_TRANSPORT=growth.transports.null.NullTransport`
+- **engine**: real `run_sender` processes, `SENDER_TRANSPORT=growth.sending.transports.null.NullTransport`
   (every message rendered to bytes, none sent), logging at INFO. Recipients are built (by the
   engine's build), `growth_sends` is VACUUM ANALYZEd (so every contender starts from the same
   table and statistics; in production the first claims after a big build can run on stale
@@ -236,9 +236,8 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
     experiments = results.get("experiments")
     if experiments:
         out += ["", "## Experiments (`--only experiments`: the recommended changes, tried on the bench "
-                    "database)", "", "| finish statement, campaign half sent | ms |", "|---|---|"]
-        out += [f"| {name} | {ms:.2f} |" for name, ms in experiments["finish_ms"].items()]
-        out += ["", f"| growth_sends (batch {config['profile_batch']}, 1 worker) | ceiling+hand_over /s "
+                    "database)", ""]
+        out += [f"| growth_sends (batch {config['profile_batch']}, 1 worker) | ceiling+hand_over /s "
                     "| engine /s |", "|---|---|---|"]
         out += [f"| {variant} | {r['ceiling+hand_over']:,.0f} | {r['engine']:,.0f} |"
                 for variant, r in experiments["indexes"].items()]

@@ -233,13 +233,11 @@ def _experiments(args) -> dict:
     from bench import data, experiments
 
     audience = data.audience(args.recipients)
-    finish = experiments.finish(audience=audience, batch_size=args.profile_batch)
-    say("experiment: " + ", ".join(f"{k} {v:.1f} ms" for k, v in finish.items()))
     indexes = experiments.indexes(audience=audience, batch_size=args.profile_batch,
                                   repetitions=args.repetitions, out=args.out)
     for variant, rates in indexes.items():
         say(f"experiment: {variant}: " + ", ".join(f"{k} {v:,.0f} /s" for k, v in rates.items()))
-    return {"finish_ms": finish, "indexes": indexes}
+    return {"indexes": indexes}
 
 
 def main(argv: list[str] | None = None) -> None:

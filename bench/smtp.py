@@ -75,7 +75,7 @@ def sample_message(audience) -> bytes:
     """The engine's rendering of one recipient of a campaign like the benchmarked one."""
     from bench import data
     from growth.models import Campaign
-    from growth.rendering import CampaignContent, CampaignRenderer
+    from growth.sending.rendering import CampaignContent, CampaignRenderer
 
     campaign = Campaign.objects.select_related("account").get(id=data.approved_campaign(audience))
     Campaign.objects.cancel(campaign_id=campaign.id)  # only its content is wanted
@@ -110,7 +110,7 @@ def engine_run(*, audience, workers: int, batch_size: int, sink: Sink, idempoten
     sink.reset()
     seconds = engine.run(
         audience=audience, batch_size=batch_size, workers=workers, out=out,
-        transport="growth.transports.django_mail.DjangoMailTransport",
+        transport="growth.sending.transports.django_mail.DjangoMailTransport",
         env={"EMAIL_URL": sink.url, "SENDER_IDEMPOTENT_TRANSPORT": str(idempotent).lower()},
         name=f"smtp-{'idempotent' if idempotent else 'plain'}")
     assert sink.accepted.value == audience.size, f"sink took {sink.accepted.value} of {audience.size}"

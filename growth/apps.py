@@ -11,6 +11,6 @@ class GrowthConfig(AppConfig):
     def ready(self) -> None:
         from anymail.signals import tracking
 
-        from growth.feedback import on_tracking
+        from growth.feedback.events import on_tracking
 
         tracking.connect(on_tracking, dispatch_uid="growth.feedback")

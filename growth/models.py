@@ -10,10 +10,11 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
-from django.db.models import Q, Value
-from django.db.models.functions import Cast, Concat, Now
+from django.db.models import Q
+from django.db.models.functions import Now
 
-from growth.addresses import parse_address
+from growth import job_ids
+from growth.audience.addresses import parse_address
 from growth.managers.campaigns import CampaignManager
 from growth.managers.feedback import FeedbackEventManager
 from growth.managers.limits import RateLimitManager
@@ -222,10 +223,8 @@ class Send(models.Model):
     # Computed by the database, so it can only ever be 'campaign:<cid>:<sid>' (never a uuid or a
     # timestamp), and unique because (campaign, subscriber) is: no index of its own to write.
     job_id = models.GeneratedField(
-        expression=Concat(Value("campaign:"), Cast("campaign_id", models.TextField()), Value(":"),
-                          Cast("subscriber_id", models.TextField()),
-                          output_field=models.TextField()),
-        output_field=models.CharField(max_length=100), db_persist=True)
+        expression=job_ids.database_expression(), output_field=models.CharField(max_length=100),
+        db_persist=True)
     status = models.CharField(max_length=16, choices=Status.choices, db_default=Status.QUEUED)
     attempts = models.PositiveIntegerField(db_default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from growth.models import Account, Membership
+from growth.models import Membership
 
 _CACHE = "_growth_account_ids"
 
@@ -29,10 +29,6 @@ def scoped(queryset: QuerySet, user, *, account_field: str = "account") -> Query
     if ids is None:
         return queryset
     return queryset.filter(**{f"{account_field}__in": ids})
-
-
-def accounts_for(user) -> QuerySet[Account]:
-    return scoped(Account.objects.all(), user, account_field="id")
 
 
 def membership(user, *, slug: str) -> Membership | None:

@@ -7,7 +7,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from growth.models import Account, Subscriber, Suppression
-from growth.unsubscribe import BadToken, read_token
+from growth.sending.unsubscribe import BadToken, read_token
 
 
 @csrf_exempt  # RFC 8058: mail clients POST here with no cookie and no token but the signed URL

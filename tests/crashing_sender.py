@@ -32,17 +32,17 @@ def main() -> None:
 
     point, options = sys.argv[1], sys.argv[2:]
     if point == "during-build":
-        real_rowcount = sends._rowcount
+        real_rowcount = sends.QUERIES.rowcount
 
-        def insert_then_die(statement, params):
-            real_rowcount(statement, params)
+        def insert_then_die(name, **params):
+            real_rowcount(name, **params)
             die()
 
-        sends._rowcount = insert_then_die
+        sends.QUERIES.rowcount = insert_then_die
     elif point == "after-claim":
-        from growth import worker
+        from growth.sending import worker
 
-        worker.Worker._process = die
+        worker.Worker._deliver = die
     elif point == "after-send":
         sends.SendManager.settle = lambda self, outcomes, **kw: die() if outcomes else {}
     else:

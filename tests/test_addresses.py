@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from growth.addresses import Address, email_lower, parse_address
+from growth.audience.addresses import Address, email_lower, parse_address
 from growth.models import Subscriber, Suppression
 from tests.factories import AccountFactory, SegmentFactory, SubscriberFactory
 

@@ -3,27 +3,19 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.messages import get_messages
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
 from growth.models import Account, Membership, Subscriber, Suppression
-from growth.unsubscribe import make_token
-from tests.factories import (
-    SegmentFactory,
-    SubscriberFactory,
-    UserFactory,
-    operator,
-)
+from growth.sending.unsubscribe import make_token
+from tests.factories import SegmentFactory, SubscriberFactory, UserFactory
+from tests.helpers import texts
+from tests.scenarios import operator
 
 pytestmark = pytest.mark.django_db
 
 IMPORT = reverse("admin:growth_subscriber_import")
-
-
-def texts(response) -> list[str]:
-    return [str(m) for m in get_messages(response.wsgi_request)]
 
 
 def upload(content: str | bytes, name: str = "list.csv") -> SimpleUploadedFile:

@@ -7,22 +7,15 @@ import re
 from urllib.parse import urlsplit
 
 import pytest
-from django.contrib.messages import get_messages
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from growth.models import Campaign, Send
-from tests.factories import (
-    CampaignFactory,
-    SegmentFactory,
-    SubscriberFactory,
-    UserFactory,
-    audience,
-    operator,
-    sending_campaign,
-)
+from tests.factories import CampaignFactory, SegmentFactory, SubscriberFactory, UserFactory
+from tests.helpers import texts
+from tests.scenarios import audience, operator, sending_campaign
 
 pytestmark = pytest.mark.django_db
 
@@ -31,10 +24,6 @@ CHANGELIST = reverse("admin:growth_campaign_changelist")
 
 def change_url(campaign) -> str:
     return reverse("admin:growth_campaign_change", args=[campaign.pk])
-
-
-def texts(response) -> list[str]:
-    return [str(m) for m in get_messages(response.wsgi_request)]
 
 
 def act(client: Client, action: str, *campaigns, follow: bool = True):
@@ -244,7 +233,7 @@ def test_a_stale_form_saves_nothing_and_says_so(client, staff, tenant):
 
 
 def test_an_approval_between_opening_and_saving_keeps_the_approved_content(client, staff, tenant):
-    from growth.services import approve_campaign
+    from growth.operations.campaigns import approve_campaign
 
     campaign = CampaignFactory(account=tenant, subject="Approved subject")
     stale = form_data(campaign, subject="Edited after approval")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 
 from growth.models import Campaign, Send
-from tests.factories import (
+from tests.helpers import texts
+from tests.scenarios import (
     finished_campaign_with_unknown_rows,
     make_unknown,
     operator,
@@ -19,10 +19,6 @@ from tests.factories import (
 pytestmark = pytest.mark.django_db
 
 CHANGELIST = reverse("admin:growth_send_changelist")
-
-
-def texts(response) -> list[str]:
-    return [str(m) for m in get_messages(response.wsgi_request)]
 
 
 def rows(body: str) -> int:

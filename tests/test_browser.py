@@ -15,16 +15,9 @@ import pytest
 from django.urls import reverse
 
 from growth.models import Campaign, Subscriber, Suppression
-from growth.unsubscribe import make_token
-from tests.factories import (
-    AccountFactory,
-    CampaignFactory,
-    SegmentFactory,
-    SubscriberFactory,
-    member,
-    operator,
-    sending_campaign,
-)
+from growth.sending.unsubscribe import make_token
+from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
+from tests.scenarios import member, operator, sending_campaign
 
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -7,15 +7,16 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from growth.models import Campaign, Send
-from growth.services import (
+from growth.operations.campaigns import (
     TransitionRefused,
     approve_campaign,
     cancel_campaign,
     pause_campaign,
     resume_campaign,
 )
-from tests.conftest import concurrently
-from tests.factories import CampaignFactory, approved_campaign, sending_campaign, statuses
+from tests.factories import CampaignFactory
+from tests.helpers import concurrently
+from tests.scenarios import approved_campaign, sending_campaign, statuses
 
 RACERS = 8
 ROUNDS = 15

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from growth.managers.sends import QUERIES
 from growth.models import Campaign, Send, Subscriber, Suppression
-from tests.conftest import concurrently
-from tests.factories import sending_campaign, statuses
+from tests.helpers import concurrently
+from tests.scenarios import sending_campaign, statuses
 
 
 @pytest.mark.django_db(transaction=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from growth.models import Campaign, Send
-from tests.conftest import concurrently, manage, subprocess_env
-from tests.factories import approved_campaign, statuses
+from tests.helpers import concurrently, manage, subprocess_env
+from tests.scenarios import approved_campaign, statuses
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -89,11 +89,11 @@ def test_killed_between_send_and_settle_idempotent_receiver_absorbs_the_resend(s
 
 
 def test_two_workers_started_at_the_same_instant_start_and_build_once(smtp_settings, caplog):
-    from growth.transports.null import NullTransport
-    from growth.worker import Worker
+    from growth.sending.transports.null import NullTransport
+    from growth.sending.worker import Worker
 
     campaign = approved_campaign(count=300)
-    caplog.set_level("INFO", logger="growth.worker")
+    caplog.set_level("INFO", logger="growth.sending.worker")
     concurrently(2, lambda i: Worker(worker_id=f"w{i}", batch_size=50,
                                      transport=NullTransport()).cycle())
     messages = [r.getMessage() for r in caplog.records]

@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from growth.models import Campaign, Send
-from tests.conftest import manage, subprocess_env
-from tests.factories import approved_campaign, statuses
+from tests.helpers import manage, subprocess_env
+from tests.scenarios import approved_campaign, statuses
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

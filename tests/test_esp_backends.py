@@ -7,16 +7,16 @@ from email import message_from_bytes
 
 import pytest
 
-from growth.backends.brevo import brevo_key
-from growth.rendering import CampaignContent, CampaignRenderer
-from growth.transports import Delivery, Outcome
-from growth.transports.django_mail import DjangoMailTransport
-from growth.unsubscribe import LinkMaker
-from growth.worker import Worker
+from growth.sending.backends.brevo import brevo_key
+from growth.sending.rendering import CampaignContent, CampaignRenderer
+from growth.sending.transports import Delivery, Outcome, receiver_deduplicates
+from growth.sending.transports.django_mail import DjangoMailTransport
+from growth.sending.unsubscribe import LinkMaker
+from growth.sending.worker import Worker
 from tests.esp_server import FakeESP
 
-RESEND = "growth.backends.resend.EmailBackend"
-BREVO = "growth.backends.brevo.EmailBackend"
+RESEND = "growth.sending.backends.resend.EmailBackend"
+BREVO = "growth.sending.backends.brevo.EmailBackend"
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_brevo_gets_a_stable_uuid_derived_from_the_job_id(esp):
 
 
 def test_resend_over_smtp_carries_its_key_header(smtp_settings):
-    send("growth.backends.resend.SMTPBackend", delivery())
+    send("growth.sending.backends.resend.SMTPBackend", delivery())
     (accepted,) = smtp_settings.handler.accepted
     assert accepted.message["Resend-Idempotency-Key"] == "campaign:7:42"
     assert accepted.message["Message-ID"] == "<campaign.7.42@localhost>"
@@ -85,11 +85,14 @@ def test_resend_over_smtp_carries_its_key_header(smtp_settings):
 
 
 def test_the_engine_treats_these_providers_as_idempotent_unless_told_otherwise(esp, settings):
-    assert DjangoMailTransport(backend=RESEND).idempotent is True
-    assert DjangoMailTransport(backend=BREVO).idempotent is True
-    assert DjangoMailTransport(backend="anymail.backends.postmark.EmailBackend").idempotent is False
+    def deduplicates(backend: str) -> bool:
+        return receiver_deduplicates(DjangoMailTransport(backend=backend), lease=60)
+
+    assert deduplicates(RESEND) is True
+    assert deduplicates(BREVO) is True
+    assert deduplicates("anymail.backends.postmark.EmailBackend") is False
     settings.SENDER_IDEMPOTENT_TRANSPORT = False
-    assert DjangoMailTransport(backend=RESEND).idempotent is False
+    assert deduplicates(RESEND) is False
 
 
 def test_a_lease_longer_than_the_providers_memory_is_not_trusted(esp):

@@ -18,8 +18,8 @@ from django.db import OperationalError
 from django.test import Client
 
 from growth.models import Account, Campaign, FeedbackEvent, Send, Subscriber, Suppression
-from tests.conftest import concurrently
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
+from tests.helpers import concurrently
 from tests.webhook_payloads import (
     ALL,
     ANYMAIL_SETTINGS,

@@ -7,8 +7,8 @@ import io
 import pytest
 from django.core.exceptions import ValidationError
 
-from growth.address_files import MAX_FILE_BYTES, UnreadableFile, read_csv, read_text
-from growth.imports import import_subscribers, import_suppressions
+from growth.audience.address_files import MAX_FILE_BYTES, UnreadableFile, read_csv, read_text
+from growth.audience.imports import import_subscribers, import_suppressions
 from growth.models import Subscriber, Suppression
 from tests.factories import SegmentFactory, SubscriberFactory
 

@@ -7,8 +7,8 @@ from email import message_from_bytes, policy
 import pytest
 from django.core.mail import EmailMultiAlternatives
 
-from growth.rendering import CampaignContent, CampaignRenderer
-from growth.unsubscribe import LinkMaker
+from growth.sending.rendering import CampaignContent, CampaignRenderer
+from growth.sending.unsubscribe import LinkMaker
 
 HTML = "<html><body><p>Hi {{ email }} &amp; co</p></body></html>"
 CASES = {

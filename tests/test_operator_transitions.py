@@ -9,19 +9,12 @@ import pytest
 from django.db import connections, transaction
 
 from growth.models import Campaign, Send, Subscriber
-from growth.send_review import mark_delivered, retry_unknown
-from growth.transports.null import NullTransport
-from growth.worker import Worker
-from tests.conftest import concurrently
-from tests.factories import (
-    CampaignFactory,
-    SegmentFactory,
-    SubscriberFactory,
-    finished_campaign_with_unknown_rows,
-    make_unknown,
-    sending_campaign,
-    statuses,
-)
+from growth.operations.unknown_sends import mark_delivered, retry_unknown
+from growth.sending.transports.null import NullTransport
+from growth.sending.worker import Worker
+from tests.factories import CampaignFactory, SegmentFactory, SubscriberFactory
+from tests.helpers import concurrently
+from tests.scenarios import finished_campaign_with_unknown_rows, make_unknown, sending_campaign, statuses
 
 # --- retry (same key) ---------------------------------------------------------------------------
 

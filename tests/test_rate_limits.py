@@ -7,10 +7,10 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from growth.models import RateLimit, Send
-from growth.transports.null import NullTransport
-from growth.worker import Worker
-from tests.conftest import concurrently
-from tests.factories import approved_campaign, sending_campaign, statuses
+from growth.sending.transports.null import NullTransport
+from growth.sending.worker import Worker
+from tests.helpers import concurrently
+from tests.scenarios import approved_campaign, sending_campaign, statuses
 
 
 def bucket(*, per_second: float, burst: float, tokens: float = 0, idle: float = 0, **scope):
@@ -93,13 +93,13 @@ def test_a_rate_limited_tenant_does_not_hold_back_another():
 def test_the_admin_shows_each_limit_beside_the_rate_sent_now(admin_client, django_assert_max_num_queries):
     campaign = sending_campaign(count=30)
     bucket(per_second=12.5, burst=10, account=campaign.account)
-    bucket(per_second=100, burst=50, transport="growth.transports.null.NullTransport")
+    bucket(per_second=100, burst=50, transport="growth.sending.transports.null.NullTransport")
     Send.objects.filter(campaign=campaign, id__in=Send.objects.values("id")[:20]).update(
         status="sent", sent_at=timezone.now())
     with django_assert_max_num_queries(8):  # one aggregate for the page, not one per row
         page = admin_client.get("/admin/growth/ratelimit/").content.decode()
     assert "12.5" in page and "2.0/s" in page  # 20 sent over the last 10 s
-    assert "transport growth.transports.null.NullTransport" in page
+    assert "transport growth.sending.transports.null.NullTransport" in page
 
 
 @pytest.mark.django_db

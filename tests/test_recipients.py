@@ -6,19 +6,13 @@ import pytest
 from django.db import IntegrityError, connection
 
 from growth.models import Campaign, Send, Subscriber, Suppression
-from tests.conftest import concurrently
-from tests.factories import (
-    AccountFactory,
-    CampaignFactory,
-    SegmentFactory,
-    SubscriberFactory,
-    approved_campaign,
-    audience,
-)
+from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
+from tests.helpers import concurrently
+from tests.scenarios import approved_campaign, audience
 
 
 def started(campaign: Campaign) -> Campaign:
-    from growth.services import approve_campaign
+    from growth.operations.campaigns import approve_campaign
 
     approve_campaign(campaign_id=campaign.id)
     assert Campaign.objects.start_due() == [campaign.id]

@@ -12,8 +12,9 @@ from django.core.exceptions import ValidationError
 from django.core.mail import EmailMultiAlternatives
 from django.urls import resolve
 
-from growth.rendering import CampaignContent, CampaignRenderer, check_content, message_id
-from growth.unsubscribe import UnsubscribeTarget, read_token
+from growth.job_ids import message_id
+from growth.sending.rendering import CampaignContent, CampaignRenderer, check_content
+from growth.sending.unsubscribe import UnsubscribeTarget, read_token
 from tests.factories import AccountFactory, CampaignFactory, SubscriberFactory
 
 SITE_URL = "https://growth.example"

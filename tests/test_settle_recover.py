@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from growth.models import Send, Suppression
-from growth.transports import Outcome
-from tests.factories import sending_campaign, statuses
+from growth.sending.transports import Outcome
+from tests.scenarios import sending_campaign, statuses
 
 POLICY = {"max_attempts": 3, "backoff_base": 30.0, "backoff_max": 3600.0}
 
@@ -85,7 +85,7 @@ def test_expired_lease_with_an_idempotent_receiver_is_queued_again_with_the_same
     assert Send.objects.recover_expired(idempotent=True, max_attempts=5) == []  # not expired yet
     expire_leases()
     recovered = Send.objects.recover_expired(idempotent=True, max_attempts=5)
-    assert sorted(status for _, _, status in recovered) == ["queued", "queued"]
+    assert sorted(row.status for row in recovered) == ["queued", "queued"]
     assert statuses(campaign) == {"queued": 2}
     again = Send.objects.claim(worker_id="alive", batch_size=2, lease=60)
     assert [r.job_id for r in again] == [r.job_id for r in claimed]
@@ -166,7 +166,7 @@ def test_a_late_success_turns_our_unknown_row_into_sent():
 def test_a_transient_failure_in_a_cancelled_campaign_is_not_queued_again():
     campaign = sending_campaign(count=1)
     (row,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60)
-    from growth.services import cancel_campaign
+    from growth.operations.campaigns import cancel_campaign
 
     cancel_campaign(campaign_id=campaign.id)
     settle([Outcome(row.id, Outcome.TRANSIENT, error="451")])

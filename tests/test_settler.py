@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from growth.settler import Settler
+from growth.sending.settler import Settler
 
 
 def test_calls_run_in_order_off_the_callers_thread_and_close_runs_what_is_left():

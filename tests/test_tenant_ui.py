@@ -6,31 +6,20 @@ import csv
 import io
 
 import pytest
-from django.contrib.messages import get_messages
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
 from growth.models import Send, Suppression
-from tests.factories import (
-    AccountFactory,
-    CampaignFactory,
-    SegmentFactory,
-    SubscriberFactory,
-    UserFactory,
-    member,
-    sending_campaign,
-)
+from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory, UserFactory
+from tests.helpers import texts
+from tests.scenarios import member, sending_campaign
 
 pytestmark = pytest.mark.django_db
 
 
 def url(name: str, account, *args) -> str:
     return reverse(f"growth:tenant:{name}", args=[account.slug, *args])
-
-
-def texts(response) -> list[str]:
-    return [str(m) for m in get_messages(response.wsgi_request)]
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from django.core.mail import EmailMessage
 
-from growth.transports import Delivery, Outcome, get_transport
-from growth.transports.django_mail import DjangoMailTransport
-from growth.transports.null import NullTransport
+from growth.sending.transports import Delivery, Outcome, get_transport, receiver_deduplicates
+from growth.sending.transports.django_mail import DjangoMailTransport
+from growth.sending.transports.null import NullTransport
 from tests.smtp import free_port
 
 
@@ -39,8 +39,10 @@ class TransportContract:
             assert transport.send_bulk([]) == []
         transport.close()
 
-    def test_declares_whether_its_receiver_deduplicates(self):
-        assert self.make().idempotent in (True, False)
+    def test_says_what_it_knows_of_its_receiver(self):
+        transport = self.make()
+        assert transport.idempotent in (True, False, None)
+        assert receiver_deduplicates(transport, lease=60) in (True, False)
 
 
 class TestNullTransport(TransportContract):
@@ -106,12 +108,12 @@ class TestSMTPTransport(TransportContract):
 
 
 def test_get_transport_imports_the_dotted_path(settings):
-    settings.SENDER_TRANSPORT = "growth.transports.null.NullTransport"
+    settings.SENDER_TRANSPORT = "growth.sending.transports.null.NullTransport"
     assert isinstance(get_transport(), NullTransport)
 
 
 def test_the_django_transport_follows_the_idempotency_setting(settings):
     settings.SENDER_IDEMPOTENT_TRANSPORT = True
-    assert DjangoMailTransport().idempotent is True
+    assert receiver_deduplicates(DjangoMailTransport(), lease=60) is True
     settings.SENDER_IDEMPOTENT_TRANSPORT = False
-    assert DjangoMailTransport().idempotent is False
+    assert receiver_deduplicates(DjangoMailTransport(), lease=60) is False

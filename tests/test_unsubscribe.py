@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from growth.models import Subscriber, Suppression
-from growth.unsubscribe import SALT, BadToken, UnsubscribeTarget, make_token, read_token
+from growth.sending.unsubscribe import SALT, BadToken, UnsubscribeTarget, make_token, read_token
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
 
 ONE_CLICK = "List-Unsubscribe=One-Click"
@@ -314,7 +314,7 @@ def test_other_methods_are_not_allowed(csrf_client, world, method):
 
 @pytest.mark.parametrize("ids", [(1, 2, 3), (10**12, 7, None)])
 def test_links_carry_exactly_the_token_make_token_signs(ids, settings):
-    from growth.unsubscribe import LinkMaker
+    from growth.sending.unsubscribe import LinkMaker
 
     settings.SECRET_KEY = "another-key-than-the-default-one-for-this-test-0123456789"
     account_id, subscriber_id, campaign_id = ids
@@ -335,7 +335,7 @@ def test_no_answer_is_cached_or_indexed(csrf_client, world):
 
 @pytest.mark.django_db
 def test_the_email_body_and_the_header_carry_the_same_working_link(csrf_client, world):
-    from growth.rendering import CampaignContent, CampaignRenderer
+    from growth.sending.rendering import CampaignContent, CampaignRenderer
 
     campaign, first = world["campaign"], world["first"]
     message = CampaignRenderer(CampaignContent.of(campaign)).render(

@@ -9,9 +9,9 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from growth.models import Campaign, Send, Suppression
-from growth.transports.django_mail import DjangoMailTransport
-from growth.worker import Worker
-from tests.factories import approved_campaign, statuses
+from growth.sending.transports.django_mail import DjangoMailTransport
+from growth.sending.worker import Worker
+from tests.scenarios import approved_campaign, statuses
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

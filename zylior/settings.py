@@ -48,7 +48,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "growth.middleware.WebhookAuthMiddleware",
+    "growth.feedback.webhook_auth.WebhookAuthMiddleware",
 ]
 
 ROOT_URLCONF = "zylior.urls"
@@ -109,8 +109,16 @@ for _name, _read in {"WEBHOOK_SECRET": env.list, "MAILGUN_WEBHOOK_SIGNING_KEY": 
         ANYMAIL[_name] = _read(f"ANYMAIL_{_name}")
 
 # The sending engine.
-SENDER_TRANSPORT = env.str("SENDER_TRANSPORT", default="growth.transports.django_mail.DjangoMailTransport")
-# true/false forces it; unset: as the email backend declares (growth.backends.*: true; others: false)
+SENDER_TRANSPORT = env.str("SENDER_TRANSPORT",
+                           default="growth.sending.transports.django_mail.DjangoMailTransport")
+# Dotted paths of before the layout of growth/ by area still work (growth.transports.* and
+# growth.backends.* live under growth.sending now).
+for _name in ("SENDER_TRANSPORT", "EMAIL_BACKEND"):
+    for _old in ("growth.transports.", "growth.backends."):
+        if vars()[_name].startswith(_old):
+            vars()[_name] = "growth.sending." + vars()[_name].removeprefix("growth.")
+# true/false forces it; unset: as the email backend declares (growth.sending.backends.*: true;
+# others: false)
 SENDER_IDEMPOTENT_TRANSPORT = env.bool("SENDER_IDEMPOTENT_TRANSPORT", default=None)
 SENDER_MAX_ATTEMPTS = env.int("SENDER_MAX_ATTEMPTS", default=5)
 SENDER_BACKOFF_BASE = env.float("SENDER_BACKOFF_BASE", default=30.0)  # seconds; doubles per attempt

@@ -6,10 +6,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from growth.address_files import UnreadableFile, read_csv
-from growth.addresses import parse_address
 from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin, scoped_choices
-from growth.imports import IMPORTABLE_STATUSES, import_subscribers
+from growth.audience.address_files import UnreadableFile, read_csv
+from growth.audience.addresses import parse_address
+from growth.audience.imports import IMPORTABLE_STATUSES, import_subscribers
 from growth.models import Account, Membership, Segment, Subscriber, Suppression
 
 

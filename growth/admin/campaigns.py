@@ -14,14 +14,14 @@ from django.views.decorators.http import require_POST
 
 from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin
 from growth.models import Campaign, Send
-from growth.previews import SendTestFailed, preview_campaign, send_test_message
-from growth.services import (
+from growth.operations.campaigns import (
     TransitionRefused,
     approve_campaign,
     cancel_campaign,
     pause_campaign,
     resume_campaign,
 )
+from growth.operations.previews import SendTestFailed, preview_campaign, send_test_message
 
 CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segments"]
 ENGINE_FIELDS = ["status", "progress_detail", "recipients_built_at", "started_at", "finished_at",

@@ -6,11 +6,11 @@ from django.template.defaultfilters import truncatechars
 from django.urls import reverse
 from django.utils.html import format_html
 
-from growth.addresses import parse_address
 from growth.admin.scoping import ReadOnlyAdmin, ScopedRelatedFilter, TenantScopedAdmin
-from growth.managers.sends import job_key
+from growth.audience.addresses import parse_address
+from growth.job_ids import parse_job_id
 from growth.models import Campaign, Send
-from growth.send_review import Review, mark_delivered, retry_unknown
+from growth.operations.unknown_sends import Review, mark_delivered, retry_unknown
 from growth.tenancy import scoped
 
 
@@ -41,9 +41,10 @@ class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        if term.startswith("campaign:"):
-            key = job_key(term)
-            return (queryset.filter(**key) if key else queryset.none()), False
+        job = parse_job_id(term)
+        if job is not None:
+            return queryset.filter(campaign_id=job.campaign_id,
+                                   subscriber_id=job.subscriber_id), False
         try:
             email_lower = parse_address(term).email_lower
         except ValidationError:

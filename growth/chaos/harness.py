@@ -14,14 +14,15 @@ from django.db import OperationalError, connection, connections, transaction
 from django.db.models import Min
 from django.utils import timezone
 
-from growth.addresses import parse_address
+from growth.audience.addresses import parse_address
 from growth.chaos.chart import draw
 from growth.chaos.fleet import Event, Fleet, database_url
 from growth.chaos.optouts import OptOutDriver, PublicSite
 from growth.chaos.receiver import ChaosReceiver, Misbehaviour
 from growth.chaos.report import ChaosReport, audit
+from growth.job_ids import job_id
 from growth.models import Account, Campaign, Segment, Subscriber, Suppression
-from growth.services import approve_campaign
+from growth.operations.campaigns import approve_campaign
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +185,7 @@ def _set_up(config: ChaosConfig) -> tuple[int, set[str]]:
     first_rows = (Subscriber.objects.filter(account=account, status="confirmed")
                   .exclude(email_lower__startswith="suppressed")
                   .values("email_lower").annotate(first=Min("id")).values_list("first", flat=True))
-    return campaign.id, {f"campaign:{campaign.id}:{sid}" for sid in first_rows}
+    return campaign.id, {job_id(campaign.id, sid) for sid in first_rows}
 
 
 def _subscriber(account, segment, email, status) -> Subscriber:

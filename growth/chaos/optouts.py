@@ -18,7 +18,7 @@ from django.core.wsgi import get_wsgi_application
 from django.db import transaction
 
 from growth.models import Send, Suppression
-from growth.unsubscribe import LinkMaker
+from growth.sending.unsubscribe import LinkMaker
 
 
 @dataclass(frozen=True, slots=True)

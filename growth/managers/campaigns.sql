@@ -92,7 +92,7 @@ RETURNING c.id;
 
 -- sending --
 -- campaigns a worker can claim from, with their tenant's rate-limit bucket (if any)
-SELECT c.id, c.account_id, rl.id
+SELECT c.id AS campaign_id, rl.id AS rate_limit_id
   FROM growth_campaigns c
   LEFT JOIN growth_rate_limits rl ON rl.account_id = c.account_id
  WHERE c.status = 'sending'
@@ -142,7 +142,7 @@ SELECT EXISTS (SELECT 1
 
 -- progress --
 -- rows per status for the given campaigns: one aggregate, served by (campaign_id, status)
-SELECT campaign_id, status, count(*)
+SELECT campaign_id, status, count(*) AS sends
   FROM growth_sends
  WHERE campaign_id = ANY(%(campaign_ids)s)
  GROUP BY campaign_id, status;

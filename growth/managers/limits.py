@@ -4,9 +4,9 @@ from dataclasses import dataclass
 
 from django.db import models
 
-from growth.managers.queries import fetchall, load_beside
+from growth.managers.queries import Queries
 
-QUERIES = load_beside(__file__)
+QUERIES = Queries.beside(__file__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,22 +22,21 @@ class RateLimitManager(models.Manager):
         """Take up to ``want`` tokens from every bucket at once (no buckets: no limit)."""
         if not bucket_ids:
             return Grant(want, 0.0)
-        rows = fetchall(QUERIES["take"], {"ids": bucket_ids, "want": want})
-        if not rows:  # the buckets were deleted meanwhile
+        taken = QUERIES.one("take", ids=bucket_ids, want=want)
+        if taken is None:  # the buckets were deleted meanwhile
             return Grant(want, 0.0)
-        granted, wait = rows[0]
-        return Grant(granted, wait if not granted else 0.0)
+        return Grant(taken["granted"], taken["wait"] if not taken["granted"] else 0.0)
 
     def give_back(self, bucket_ids: list[int], *, count: int) -> None:
         if bucket_ids and count > 0:
-            fetchall(QUERIES["give_back"], {"ids": bucket_ids, "count": count})
+            QUERIES.rows("give_back", ids=bucket_ids, count=count)
 
     def for_transport(self, transport: str, *, per_second: float, burst: float) -> int:
         """Create or re-configure the transport-wide bucket; return its id."""
-        return fetchall(QUERIES["transport_limit"], {
-            "transport": transport, "per_second": per_second, "burst": burst})[0][0]
+        return QUERIES.one("transport_limit", transport=transport, per_second=per_second,
+                           burst=burst)["id"]
 
     def current_rates(self, account_ids: list[int], *, seconds: int = 10) -> dict[int, float]:
         """Messages a second each account sent over the last ``seconds``."""
-        return dict(fetchall(QUERIES["current_rates"],
-                             {"account_ids": list(account_ids), "seconds": seconds}))
+        rows = QUERIES.rows("current_rates", account_ids=list(account_ids), seconds=seconds)
+        return {row["account_id"]: row["per_second"] for row in rows}

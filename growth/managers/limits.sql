@@ -45,7 +45,7 @@ RETURNING id;
 -- current_rates --
 -- messages a second over the last %(seconds)s seconds, per account: only campaigns unfinished or
 -- finished since can have sent anything, and each is one range of (campaign_id, status, sent_at)
-SELECT c.account_id, count(*)::float / %(seconds)s
+SELECT c.account_id, count(*)::float / %(seconds)s AS per_second
   FROM growth_campaigns c
   JOIN growth_sends s
     ON s.campaign_id = c.id

@@ -1,7 +1,11 @@
-"""Named SQL blocks, in the manner of procrastinate's ``queries.sql``.
+"""Named SQL blocks, in the manner of procrastinate's ``queries.sql``, and the one way managers
+run them.
 
 A block starts with a line ``-- name --``; the comment lines right under it describe it; the
-statement runs until the next block. Parameters are psycopg's named ``%(param)s``.
+statement runs until the next block. Parameters are psycopg's named ``%(param)s``. A block may
+use another block of the same file with ``{{ name }}``: a condition written once stands in every
+statement that applies it (the text is spliced in at load time, so the planner sees exactly what
+a copy would have given it). A block whose name starts with ``_`` is such a fragment only.
 """
 
 from __future__ import annotations
@@ -9,51 +13,93 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from django.db import connection
+
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$", re.MULTILINE)
-
-
-def load(path: Path) -> dict[str, str]:
-    """Return {name: statement} for the blocks in ``path``."""
-    text = path.read_text()
-    names = _HEADER.findall(text)
-    if len(names) != len(set(names)):
-        raise ValueError(f"{path.name}: a query name is used twice")
-    bodies = _HEADER.split(text)[2::2]
-    queries = {}
-    for name, body in zip(names, bodies, strict=True):
-        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
-        statement = "\n".join(lines).strip().rstrip(";")
-        if not statement:
-            raise ValueError(f"{path.name}: query {name!r} is empty")
-        queries[name] = statement
-    return queries
-
-
-def load_beside(module_file: str) -> dict[str, str]:
-    """Return the queries of the ``.sql`` file named like the calling module."""
-    return load(Path(module_file).with_suffix(".sql"))
-
+_USE = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
 
 # Sent in the same query string as the statement: both run in one implicit transaction, which
 # the setting does not outlive (nothing is left on the session, as PgBouncer's transaction mode
 # requires).
 NO_FLUSH_WAIT = "SET LOCAL synchronous_commit = off;\n"
 
+Row = dict[str, object]
 
-def fetchall(statement: str, params: dict | None = None, *, wait_for_flush: bool = True) -> list[tuple]:
-    """Run one statement on the default connection and return its rows ([] if it has none).
 
-    ``wait_for_flush=False`` commits without waiting for the WAL to reach the disk, for
-    statements whose loss in a database crash (not a restart: the last few hundred ms of such
-    commits) the engine recovers from. Inside a transaction it has no effect: the setting would
-    apply to the caller's whole transaction.
+def load(path: Path) -> dict[str, str]:
+    """Return {name: statement} for the blocks in ``path``, fragments spliced in."""
+    text = path.read_text()
+    names = _HEADER.findall(text)
+    if len(names) != len(set(names)):
+        raise ValueError(f"{path.name}: a query name is used twice")
+    bodies = _HEADER.split(text)[2::2]
+    blocks = {}
+    for name, body in zip(names, bodies, strict=True):
+        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
+        statement = "\n".join(lines).strip().rstrip(";")
+        if not statement:
+            raise ValueError(f"{path.name}: query {name!r} is empty")
+        blocks[name] = statement
+
+    def expand(name: str, using: tuple[str, ...] = ()) -> str:
+        if name not in blocks:
+            raise ValueError(f"{path.name}: {using[-1]!r} uses {name!r}, which is no block")
+        if name in using:
+            raise ValueError(f"{path.name}: {name!r} uses itself")
+        return _USE.sub(lambda used: expand(used[1], (*using, name)), blocks[name])
+
+    return {name: expand(name) for name in blocks if not name.startswith("_")}
+
+
+class Queries:
+    """The statements of one ``.sql`` file, run on the default connection.
+
+    ``rows`` returns each row as a dict keyed by column name, so that callers build their
+    dataclasses by name (``Claimed.from_row``), never by position.
     """
-    from django.db import connection
 
-    with connection.cursor() as cursor:
-        if wait_for_flush or connection.in_atomic_block:
-            cursor.execute(statement, params or {})
-        else:
-            cursor.execute(NO_FLUSH_WAIT + statement, params or {})
-            cursor.nextset()
-        return cursor.fetchall() if cursor.description else []
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.statements = load(path)
+
+    @classmethod
+    def beside(cls, module_file: str) -> Queries:
+        """The queries of the ``.sql`` file named like the calling module."""
+        return cls(Path(module_file).with_suffix(".sql"))
+
+    def __getitem__(self, name: str) -> str:
+        return self.statements[name]
+
+    def rows(self, name: str, /, *, wait_for_flush: bool = True, **params) -> list[Row]:
+        """Run the statement; return its rows ([] if it returns none).
+
+        ``wait_for_flush=False`` commits without waiting for the WAL to reach the disk, for
+        statements whose loss in a database crash (not a restart: the last few hundred ms of
+        such commits) the engine recovers from. Inside a transaction it has no effect: the
+        setting would apply to the caller's whole transaction.
+        """
+        with connection.cursor() as cursor:
+            if wait_for_flush or connection.in_atomic_block:
+                cursor.execute(self.statements[name], params)
+            else:
+                cursor.execute(NO_FLUSH_WAIT + self.statements[name], params)
+                cursor.nextset()
+            if cursor.description is None:
+                return []
+            columns = [column.name for column in cursor.description]
+            return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+    def one(self, name: str, /, **params) -> Row | None:
+        """Run the statement; return its first row, or None."""
+        found = self.rows(name, **params)
+        return found[0] if found else None
+
+    def column(self, name: str, /, **params) -> list:
+        """Run the statement; return the first column of every row."""
+        return [next(iter(row.values())) for row in self.rows(name, **params)]
+
+    def rowcount(self, name: str, /, **params) -> int:
+        """Run a statement that returns no rows; return how many rows it changed."""
+        with connection.cursor() as cursor:
+            cursor.execute(self.statements[name], params)
+            return cursor.rowcount

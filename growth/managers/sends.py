@@ -1,29 +1,18 @@
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import models, transaction
 
-from growth.managers.queries import fetchall, load_beside
-from growth.transports.base import Outcome
+from growth.managers.queries import Queries, Row
+from growth.sending.transports.base import Outcome
 
-QUERIES = load_beside(__file__)
+QUERIES = Queries.beside(__file__)
 
 ANALYZE_AFTER = 10_000  # rows built at once that make the table's statistics stale
 RECOVER_LIMIT = 10_000  # rows per recovery statement, to keep its transaction short
-JOB_ID = re.compile(r"campaign:(\d{1,18}):(\d{1,18})")  # as growth_sends.job_id computes it
-
-
-def job_key(job_id: str) -> dict[str, int] | None:
-    """{'campaign_id': …, 'subscriber_id': …} named by a job id, to find its row through the
-    unique (subscriber, campaign) index (job_id has no index of its own); None if not ours."""
-    match = JOB_ID.fullmatch(job_id.strip())
-    if match is None:
-        return None
-    return {"campaign_id": int(match[1]), "subscriber_id": int(match[2])}
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,12 +21,28 @@ class Claimed:
 
     id: int
     campaign_id: int
-    account_id: int
     subscriber_id: int
     email: str
     job_id: str
     status: str
     attempts: int
+
+    @classmethod
+    def from_row(cls, row: Row) -> Claimed:
+        return cls(**row)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A row whose lease expired, and what recovery made of it."""
+
+    id: int
+    campaign_id: int
+    status: str  # 'queued' (sent again, same key) or 'unknown' (an operator decides)
+
+    @classmethod
+    def from_row(cls, row: Row) -> Recovered:
+        return cls(**row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,10 @@ class Requeued:
     id: int
     campaign_id: int
     reopened: bool  # the campaign had finished and went back to sending
+
+    @classmethod
+    def from_row(cls, row: Row) -> Requeued:
+        return cls(**row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +64,16 @@ class AddressHistory:
     sent_at: datetime | None
     updated_at: datetime
 
+    @classmethod
+    def from_row(cls, row: Row) -> AddressHistory:
+        return cls(**row)
+
 
 class SendManager(models.Manager):
     """Build, claim, settle and recover growth_sends rows (see sends.sql)."""
 
     def unbuilt_campaigns(self) -> list[int]:
-        return [row[0] for row in fetchall(QUERIES["unbuilt_campaigns"])]
+        return QUERIES.column("unbuilt_campaigns")
 
     def build_recipients(self, *, campaign_id: int) -> int | None:
         """Create the campaign's send rows and mark it built, in one transaction.
@@ -68,18 +81,17 @@ class SendManager(models.Manager):
         Return how many rows were created, or None when another worker holds the build or has
         already finished it.
         """
-        params = {"campaign_id": campaign_id}
         with transaction.atomic():
-            if not fetchall(QUERIES["try_build_lock"], params)[0][0]:
+            if not QUERIES.one("try_build_lock", campaign_id=campaign_id)["locked"]:
                 return None
-            if not fetchall(QUERIES["still_unbuilt"], params):
+            if not QUERIES.rows("still_unbuilt", campaign_id=campaign_id):
                 return None
-            created = _rowcount(QUERIES["build_recipients"], params)
-            fetchall(QUERIES["mark_built"], params)
+            created = QUERIES.rowcount("build_recipients", campaign_id=campaign_id)
+            QUERIES.rows("mark_built", campaign_id=campaign_id)
         if created >= ANALYZE_AFTER:
             # Before autovacuum gets to it, the planner would judge the claim by the old,
             # empty statistics and read the whole campaign for every batch (seen: 1.2 s at 1M).
-            fetchall("ANALYZE growth_sends")
+            QUERIES.rows("analyze")
         return created
 
     def claim(self, *, worker_id: str, batch_size: int, lease: float,
@@ -92,10 +104,9 @@ class SendManager(models.Manager):
         # queued again: with a plain receiver nothing was sent, since the hand-over (which does
         # wait, and whose flush carries this commit with it) finds them no longer ours; with an
         # idempotent one a resend under the same key is absorbed.
-        rows = fetchall(QUERIES["claim"], {"worker_id": worker_id, "batch_size": batch_size,
-                                           "lease": lease, "campaign_id": campaign_id,
-                                           "hand_over": hand_over}, wait_for_flush=False)
-        return sorted((Claimed(*row) for row in rows), key=lambda c: c.id)
+        rows = QUERIES.rows("claim", worker_id=worker_id, batch_size=batch_size, lease=lease,
+                            campaign_id=campaign_id, hand_over=hand_over, wait_for_flush=False)
+        return sorted((Claimed.from_row(row) for row in rows), key=lambda c: c.id)
 
     def hand_over(self, send_ids: Sequence[int], *, worker_id: str) -> dict[int, str]:
         """Mark rows as going on the wire now; return {id: 'sending' (send it) | 'suppressed'}.
@@ -103,11 +114,12 @@ class SendManager(models.Manager):
         Rows no longer ours are absent: they must not be sent. Its commit waits for the disk:
         were it lost, a row that went out would look never handed over, and be sent again.
         """
-        return dict(fetchall(QUERIES["hand_over"], {"ids": list(send_ids), "worker_id": worker_id}))
+        rows = QUERIES.rows("hand_over", ids=list(send_ids), worker_id=worker_id)
+        return {row["id"]: row["status"] for row in rows}
 
     def blocked(self, send_ids: Sequence[int]) -> list[int]:
         """Return which of these rows an opt-out now blocks (a read: no row is written)."""
-        return [row[0] for row in fetchall(QUERIES["blocked"], {"ids": list(send_ids)})]
+        return QUERIES.column("blocked", ids=list(send_ids))
 
     def settle(self, outcomes: Sequence[Outcome], *, worker_id: str, max_attempts: int,
                backoff_base: float, backoff_max: float) -> dict[int, str]:
@@ -117,50 +129,35 @@ class SendManager(models.Manager):
         """
         if not outcomes:
             return {}
-        params = {
-            "ids": [o.send_id for o in outcomes],
-            "outcomes": [o.kind for o in outcomes],
-            "provider_ids": [o.provider_message_id for o in outcomes],
-            "errors": [o.error for o in outcomes],
-            "worker_id": worker_id,
-            "max_attempts": max_attempts,
-            "backoff_base": backoff_base,
-            "backoff_max": backoff_max,
-        }
         # Not waiting for the disk: a settle lost in a database crash leaves its rows 'sending'
         # under a lease, and lease expiry treats them as after a worker's crash (queued again
         # for an idempotent receiver, 'unknown' for a plain one): never dropped, never resent.
-        return dict(fetchall(QUERIES["settle"], params, wait_for_flush=False))
+        rows = QUERIES.rows(
+            "settle", ids=[o.send_id for o in outcomes], outcomes=[o.kind for o in outcomes],
+            provider_ids=[o.provider_message_id for o in outcomes],
+            errors=[o.error for o in outcomes], worker_id=worker_id, max_attempts=max_attempts,
+            backoff_base=backoff_base, backoff_max=backoff_max, wait_for_flush=False)
+        return {row["id"]: row["status"] for row in rows}
 
-    def recover_expired(self, *, idempotent: bool, max_attempts: int) -> list[tuple[int, int, str]]:
-        """Release rows whose lease expired; return (send id, campaign id, new status) of each."""
-        return fetchall(QUERIES["recover_expired"], {
-            "idempotent": idempotent, "max_attempts": max_attempts, "limit": RECOVER_LIMIT,
-        })
-
+    def recover_expired(self, *, idempotent: bool, max_attempts: int) -> list[Recovered]:
+        """Release rows whose lease expired; return what became of each."""
+        rows = QUERIES.rows("recover_expired", idempotent=idempotent, max_attempts=max_attempts,
+                            limit=RECOVER_LIMIT)
+        return [Recovered.from_row(row) for row in rows]
 
     def retry_unknown(self, send_ids: Sequence[int]) -> list[Requeued]:
         """Queue 'unknown' rows again with the same job id; return the rows moved. A finished
         campaign of theirs goes back to sending; rows of a cancelled campaign are left alone."""
-        params = {"ids": list(send_ids)}
         with transaction.atomic():
-            fetchall(QUERIES["lock_campaigns_of_unknown"], params)
-            rows = fetchall(QUERIES["retry_unknown"], params)
-        return [Requeued(*row) for row in rows]
+            QUERIES.rows("lock_campaigns_of_unknown", ids=list(send_ids))
+            rows = QUERIES.rows("retry_unknown", ids=list(send_ids))
+        return [Requeued.from_row(row) for row in rows]
 
     def mark_delivered(self, send_ids: Sequence[int]) -> list[int]:
         """Move 'unknown' rows to sent; return the ids moved (rows in any other state are left)."""
-        return [row[0] for row in fetchall(QUERIES["mark_delivered"], {"ids": list(send_ids)})]
+        return QUERIES.column("mark_delivered", ids=list(send_ids))
 
     def history_of_address(self, *, account_id: int, email_lower: str) -> list[AddressHistory]:
         """Return the tenant's campaigns that have a row for this address, newest first."""
-        return [AddressHistory(*row) for row in fetchall(QUERIES["history_of_address"], {
-            "account_id": account_id, "email_lower": email_lower})]
-
-
-def _rowcount(statement: str, params: dict) -> int:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        return cursor.rowcount
+        rows = QUERIES.rows("history_of_address", account_id=account_id, email_lower=email_lower)
+        return [AddressHistory.from_row(row) for row in rows]

@@ -10,7 +10,8 @@ SELECT id FROM growth_campaigns
 -- try_build_lock --
 -- one builder per campaign: the others skip it instead of repeating the heavy INSERT; released
 -- at commit (or when the builder dies)
-SELECT pg_try_advisory_xact_lock(hashtextextended('growth_sends.build:' || %(campaign_id)s, 0));
+SELECT pg_try_advisory_xact_lock(hashtextextended('growth_sends.build:' || %(campaign_id)s, 0))
+       AS locked;
 
 -- still_unbuilt --
 SELECT 1 FROM growth_campaigns
@@ -39,10 +40,31 @@ SELECT DISTINCT ON (s.email_lower)
  ORDER BY s.email_lower, s.created_at, s.id
 ON CONFLICT DO NOTHING;
 
+-- analyze --
+-- fresh statistics for the planner after a large build
+ANALYZE growth_sends;
+
 -- mark_built --
 UPDATE growth_campaigns
    SET recipients_built_at = now(), updated_at = now()
  WHERE id = %(campaign_id)s AND recipients_built_at IS NULL;
+
+-- _blocked --
+-- The one statement of "this row must not be mailed now", a condition on the send row s: an
+-- opt-out (the tenant's suppression of the address) or a subscriber no longer confirmed. The
+-- claim, the hand-over and the read below all use it; it is spliced into each (queries.load).
+((SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
+ OR EXISTS (SELECT 1
+              FROM growth_suppressions x
+             WHERE x.account_id = s.account_id
+               AND x.email_lower = s.email_lower))
+
+-- blocked --
+-- the rows among these that an opt-out (or an unconfirmed subscriber) now blocks
+SELECT s.id
+  FROM growth_sends s
+ WHERE s.id = ANY(%(ids)s)
+   AND {{ _blocked }};
 
 -- claim --
 -- Take up to batch_size due rows (of one campaign, or of any) no other worker holds (SKIP LOCKED:
@@ -68,11 +90,7 @@ WITH due AS (
     SELECT s.id
       FROM growth_sends s
      WHERE s.id = ANY(ARRAY(SELECT id FROM due))
-       AND ((SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
-            OR EXISTS (SELECT 1
-                         FROM growth_suppressions x
-                        WHERE x.account_id = s.account_id
-                          AND x.email_lower = s.email_lower))
+       AND {{ _blocked }}
 )
 UPDATE growth_sends s
    SET status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
@@ -85,22 +103,14 @@ UPDATE growth_sends s
        claimed_by       = %(worker_id)s,
        updated_at       = now()
  WHERE s.id = ANY(ARRAY(SELECT id FROM due))
-RETURNING s.id, s.campaign_id, s.account_id, s.subscriber_id, s.email, s.job_id, s.status,
-          s.attempts;
+RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, s.status, s.attempts;
 
 -- hand_over --
 -- Mark rows as about to go on the wire, committed before the transport sees them, and check
 -- suppressions once more: an opt-out committed since the claim still stops the message here.
 -- Only rows still ours are touched: one whose lease expired and was taken over is not sent by us.
 WITH blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in a hash
-    SELECT s.id
-      FROM growth_sends s
-     WHERE s.id = ANY(%(ids)s)
-       AND ((SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
-            OR EXISTS (SELECT 1
-                         FROM growth_suppressions x
-                        WHERE x.account_id = s.account_id
-                          AND x.email_lower = s.email_lower))
+    {{ blocked }}
 )
 UPDATE growth_sends s
    SET handed_over_at   = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL ELSE now() END,
@@ -117,17 +127,6 @@ UPDATE growth_sends s
    AND s.status = 'sending'
    AND s.claimed_by = %(worker_id)s
 RETURNING s.id, s.status;
-
--- blocked --
--- the rows among these that an opt-out (or an unconfirmed subscriber) now blocks
-SELECT s.id
-  FROM growth_sends s
- WHERE s.id = ANY(%(ids)s)
-   AND ((SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id) <> 'confirmed'
-        OR EXISTS (SELECT 1
-                     FROM growth_suppressions x
-                    WHERE x.account_id = s.account_id
-                      AND x.email_lower = s.email_lower));
 
 -- settle --
 -- Record what the transport said, for a whole batch at once. Only rows still ours are touched:
@@ -236,7 +235,7 @@ RETURNING id;
 -- history_of_address --
 -- Every campaign of the tenant that has a row for this address, newest first: one probe of
 -- (campaign_id, email_lower) per campaign, whatever the size of the campaigns
-SELECT c.id, c.name, s.status, s.sent_at, s.updated_at
+SELECT c.id AS campaign_id, c.name AS campaign_name, s.status, s.sent_at, s.updated_at
   FROM growth_campaigns c
   JOIN growth_sends s ON s.campaign_id = c.id AND s.email_lower = %(email_lower)s
  WHERE c.account_id = %(account_id)s

@@ -4,9 +4,9 @@ from collections.abc import Sequence
 
 from django.db import models
 
-from growth.managers.queries import fetchall, load_beside
+from growth.managers.queries import Queries
 
-QUERIES = load_beside(__file__)
+QUERIES = Queries.beside(__file__)
 
 
 class SubscriberManager(models.Manager):
@@ -18,12 +18,15 @@ class SubscriberManager(models.Manager):
         inserted. Addresses already in the segment are left exactly as they are."""
         if not addresses:
             return set()
-        return {row[0] for row in fetchall(QUERIES["add_many"], {
-            "segment_id": segment_id, "status": status,
-            "emails": [email for email, _ in addresses],
-            "email_lowers": [key for _, key in addresses],
-        })}
+        return set(QUERIES.column("add_many", segment_id=segment_id, status=status,
+                                  emails=[email for email, _ in addresses],
+                                  email_lowers=[key for _, key in addresses]))
 
     def confirm_pending(self, subscriber_ids: Sequence[int]) -> list[int]:
         """Move pending subscribers to confirmed; return the ids moved (others are untouched)."""
-        return [row[0] for row in fetchall(QUERIES["confirm_pending"], {"ids": list(subscriber_ids)})]
+        return QUERIES.column("confirm_pending", ids=list(subscriber_ids))
+
+    def unsubscribe_address(self, *, account_id: int, email_lower: str) -> int:
+        """Mark the tenant's subscriber rows of the address unsubscribed; return how many changed."""
+        return len(QUERIES.column("unsubscribe_address", account_id=account_id,
+                                  email_lower=email_lower))

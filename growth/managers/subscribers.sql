@@ -19,3 +19,13 @@ UPDATE growth_subscribers
  WHERE id = ANY(%(ids)s)
    AND status = 'pending'
 RETURNING id;
+
+-- unsubscribe_address --
+-- A complaint or an opt-out reported by a provider: every subscriber row of the address in this
+-- tenant (the same address may be in several segments), and no other tenant's.
+UPDATE growth_subscribers
+   SET status = 'unsubscribed'
+ WHERE account_id = %(account_id)s
+   AND email_lower = %(email_lower)s
+   AND status <> 'unsubscribed'
+RETURNING id;

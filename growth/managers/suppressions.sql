@@ -31,9 +31,8 @@ WITH subscriber AS (
        AND s.status <> 'unsubscribed'
     RETURNING s.id
 )
-SELECT subscriber.email_lower,
-       (SELECT count(*) FROM suppressed) AS new_suppressions,
-       (SELECT count(*) FROM marked) AS rows_marked
+-- (data-modifying CTEs run whether or not the SELECT reads them)
+SELECT subscriber.email_lower
   FROM subscriber;
 
 -- suppress_many --

@@ -12,10 +12,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from growth.address_files import UnreadableFile, read_csv, read_text
-from growth.imports import import_suppressions
+from growth.audience.address_files import UnreadableFile, read_csv, read_text
+from growth.audience.imports import import_suppressions
+from growth.audience.opt_outs import lookup_address, remove_suppression
 from growth.models import Membership, Subscriber, Suppression
-from growth.opt_outs import lookup_address, remove_suppression
 from growth.tenant.access import LOGIN_URL, member_view
 from growth.tenant.forms import AddSuppressionsForm, ImportSuppressionsForm, LookupForm
 

@@ -3,6 +3,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from growth.job_ids import parse_job_id
 from growth.models import Campaign, Send
 
 ORDER = [s.value for s in Send.Status]
@@ -44,9 +45,14 @@ class Command(BaseCommand):
 
 
 def _keys_in(outbox: Path, campaign_id: int) -> Counter:
-    prefix = f"Idempotency-Key: campaign:{campaign_id}:"
+    """How many messages the outbox holds per job id of the campaign."""
+    header = "Idempotency-Key: "
     keys: Counter = Counter()
     for path in sorted(outbox.glob("*.log")):
         with path.open(errors="replace") as lines:
-            keys.update(line.strip() for line in lines if line.startswith(prefix))
+            for line in lines:
+                if line.startswith(header):
+                    job = parse_job_id(line[len(header):])
+                    if job is not None and job.campaign_id == campaign_id:
+                        keys[job.job_id] += 1
     return keys

@@ -2,7 +2,7 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
-from growth.worker import Worker, default_worker_id
+from growth.sending.worker import Worker, default_worker_id
 
 
 class Command(BaseCommand):

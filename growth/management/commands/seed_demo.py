@@ -8,9 +8,9 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from growth.addresses import parse_address
+from growth.audience.addresses import parse_address
 from growth.models import Account, Campaign, Segment, Subscriber, Suppression
-from growth.services import approve_campaign
+from growth.operations.campaigns import approve_campaign
 
 BODY_TEXT = """Hello {{ email }},
 

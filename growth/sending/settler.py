@@ -59,8 +59,9 @@ class Settler:
             connection.close()  # this thread's own
 
 
-class Inline:
-    """The same interface, running each call at once: for a single ``Worker.cycle()``."""
+class InlineSettler:
+    """The same interface, running each call at once: with a plain receiver, and for a single
+    ``Worker.cycle()``."""
 
     def submit(self, call: Callable[[], object]) -> None:
         call()

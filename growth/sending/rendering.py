@@ -20,8 +20,9 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.template import Context, Engine, TemplateSyntaxError
 
-from growth.mime import MessageLayout, OutgoingEmail
-from growth.unsubscribe import LinkMaker
+from growth.job_ids import message_id
+from growth.sending.mime import MessageLayout, OutgoingEmail
+from growth.sending.unsubscribe import LinkMaker
 
 # Subjects and text bodies are not HTML: escaping them would mangle "O'Brien". (Autoescaping
 # is decided by the Context a template is rendered with, so each kind gets its own.)
@@ -48,11 +49,6 @@ class CampaignContent:
         account = campaign.account
         return cls(campaign.id, campaign.account_id, campaign.subject, campaign.body_text,
                    campaign.body_html, account.from_email, account.from_name)
-
-
-def message_id(job_id: str, domain: str | None = None) -> str:
-    """Return the RFC 5322 Message-ID for a job id: ``campaign:4:7`` -> ``<campaign.4.7@domain>``."""
-    return f"<{job_id.replace(':', '.')}@{domain or settings.MESSAGE_ID_DOMAIN}>"
 
 
 def check_content(*, subject: str, body_text: str, body_html: str) -> None:

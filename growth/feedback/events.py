@@ -2,7 +2,7 @@
 
 A hard bounce, a complaint or an opt-out suppresses the address for the tenant whose message it
 was (a complaint or an opt-out also marks its subscriber rows unsubscribed); soft bounces and
-delays are only recorded (see ``growth.bounces``). Each event acts once: its row is inserted
+delays are only recorded (see ``growth.feedback.bounces``). Each event acts once: its row is inserted
 with ON CONFLICT DO NOTHING, and only the insert that created it goes on to suppress, in the same
 transaction.
 
@@ -16,28 +16,26 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from enum import StrEnum
 
 from anymail.signals import AnymailTrackingEvent
 from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError, transaction
 
-from growth.addresses import parse_address
-from growth.bounces import classify
+from growth.audience.addresses import parse_address
+from growth.feedback.bounces import classify_event
+from growth.job_ids import parse_job_id, parse_message_id
 from growth.managers.feedback import Attribution
-from growth.models import FeedbackEvent, Suppression
+from growth.models import FeedbackEvent, Subscriber, Suppression
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("growth.feedback")  # one name for the webhooks and the events
 
 MAX_TEXT = 1000  # characters kept of an ESP's description or MTA response
 _BIGINT_MAX = 2**63 - 1
-# growth.rendering.message_id's inverse: <campaign.4.7@domain> -> campaign:4:7
-_OUR_MESSAGE_ID = re.compile(r"<?campaign\.(\d+)\.(\d+)@[^>\s]+>?")
 _UNSUBSCRIBING = {Suppression.Reason.UNSUBSCRIBED, Suppression.Reason.COMPLAINED}
 
 
-class Outcome(StrEnum):
+class Handled(StrEnum):
     IGNORED = "ignored"  # not feedback we keep (delivered, opened…)
     UNATTRIBUTED = "unattributed"  # no known tenant
     BAD_ADDRESS = "bad_address"  # no usable recipient
@@ -59,22 +57,22 @@ def on_tracking(sender, event: AnymailTrackingEvent, esp_name: str, **kwargs) ->
         logger.exception("feedback event failed; dropped", extra=_context(esp_name, event))
 
 
-def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Outcome:
+def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Handled:
     """Record one event and suppress what it calls for; return what happened."""
     context = _context(esp_name, event)
-    verdict = classify(esp_name, event)
+    verdict = classify_event(esp_name, event)
     if verdict is None:
         logger.debug("feedback event ignored", extra=context)
-        return Outcome.IGNORED
+        return Handled.IGNORED
     email_lower = _email_lower(event.recipient)
     attribution = attribute(event, email_lower)
     if attribution is None:
         logger.warning("feedback event for no known tenant; dropped", extra=context)
-        return Outcome.UNATTRIBUTED
+        return Handled.UNATTRIBUTED
     email_lower = email_lower or attribution.email_lower
     if email_lower is None:
         logger.warning("feedback event without a usable recipient; dropped", extra=context)
-        return Outcome.BAD_ADDRESS
+        return Handled.BAD_ADDRESS
     with transaction.atomic():
         if not FeedbackEvent.objects.record(
                 esp=esp_name, event_id=event_key(esp_name, event, email_lower),
@@ -83,26 +81,27 @@ def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Outcome:
                 suppressed=verdict.suppress is not None, description=_text(event.description),
                 mta_response=_text(event.mta_response), occurred_at=event.timestamp):
             logger.info("feedback event already recorded", extra=context)
-            return Outcome.DUPLICATE
+            return Handled.DUPLICATE
         if verdict.suppress is None:
             logger.info("feedback event recorded", extra=context)
-            return Outcome.RECORDED
+            return Handled.RECORDED
         Suppression.objects.suppress(account_id=attribution.account_id, email_lower=email_lower,
                                      reason=verdict.suppress, campaign_id=attribution.campaign_id)
         if verdict.suppress in _UNSUBSCRIBING:
-            FeedbackEvent.objects.unsubscribe_address(account_id=attribution.account_id,
-                                                      email_lower=email_lower)
+            Subscriber.objects.unsubscribe_address(account_id=attribution.account_id,
+                                                   email_lower=email_lower)
     logger.info("feedback event suppressed the address",
                 extra={**context, "account_id": attribution.account_id, "reason": verdict.suppress})
-    return Outcome.SUPPRESSED
+    return Handled.SUPPRESSED
 
 
 def attribute(event: AnymailTrackingEvent, email_lower: str | None) -> Attribution | None:
     """Return the tenant (and campaign, send) the event is about, or None."""
     metadata = event.metadata if isinstance(event.metadata, dict) else {}
     job_id = metadata.get("job_id")
-    if isinstance(job_id, str) and job_id:
-        found = FeedbackEvent.objects.send_by_job_id(job_id=job_id)
+    job = parse_job_id(job_id) if isinstance(job_id, str) else None
+    if job is not None:
+        found = FeedbackEvent.objects.send_by_job(job)
         if found is not None:
             return found
     account_id = _id(metadata.get("account_id"))
@@ -114,9 +113,9 @@ def attribute(event: AnymailTrackingEvent, email_lower: str | None) -> Attributi
             return found
     message_id = str(event.message_id or "").strip()
     if message_id:
-        ours = _OUR_MESSAGE_ID.fullmatch(message_id)
+        ours = parse_message_id(message_id)
         if ours:  # sent with our own Message-ID (SMTP, or an ESP that keeps it)
-            found = FeedbackEvent.objects.send_by_job_id(job_id="campaign:{}:{}".format(*ours.groups()))
+            found = FeedbackEvent.objects.send_by_job(ours)
             if found is not None:
                 return found
         return FeedbackEvent.objects.send_by_provider_id(message_id=message_id[:255])

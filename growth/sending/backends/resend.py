@@ -1,7 +1,7 @@
 """Resend: the ``Idempotency-Key`` HTTP header on its API, ``Resend-Idempotency-Key`` over SMTP.
 
-    EMAIL_BACKEND=growth.backends.resend.EmailBackend  ANYMAIL=RESEND_API_KEY=re_...
-    EMAIL_BACKEND=growth.backends.resend.SMTPBackend   EMAIL_URL=smtp+tls://resend:re_...@smtp.resend.com:587
+    EMAIL_BACKEND=growth.sending.backends.resend.EmailBackend  ANYMAIL=RESEND_API_KEY=re_...
+    EMAIL_BACKEND=growth.sending.backends.resend.SMTPBackend   EMAIL_URL=smtp+tls://resend:re_...@smtp.resend.com:587
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from anymail.backends import resend
 from django.core.mail.backends import smtp
 
-from growth.mime import OutgoingEmail
+from growth.sending.mime import OutgoingEmail
 
 KEY_HEADER = "Idempotency-Key"
 IDEMPOTENCY_WINDOW = 24 * 3600  # seconds Resend remembers a key

@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 from django.core.exceptions import ValidationError
 
-from growth.addresses import Address, parse_address
+from growth.audience.addresses import Address, parse_address
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
 HEADER_NAMES = {"email", "e-mail", "email address", "email_address", "mail", "address"}

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 
-from growth.addresses import parse_address
+from growth.audience.addresses import parse_address
 from growth.managers.sends import AddressHistory
 from growth.models import Send, Subscriber, Suppression
 

@@ -3,16 +3,18 @@
 Each cycle: start due campaigns -> build their recipient lists -> recover expired leases -> claim
 a batch -> deliver it -> settle the outcomes -> finish campaigns with nothing left. The claim is
 committed before the network call and the settle after it, so a crash anywhere leaves rows that
-lease expiry recovers. With an idempotent receiver, ``run()`` settles on a thread of its own
-(``growth.settler``), so that PostgreSQL records one batch while the loop claims and renders the
-next; with a plain one each chunk is settled before the next is handed over, so that a kill leaves
-in doubt only the chunk that was on the wire.
+lease expiry recovers. The worker holds no SQL: each step is one call to a manager.
 
-Exactly-once is at-least-once plus an idempotent receiver. A crash after a message went out but
-before its row was settled leaves the row 'sending' until its lease expires; then, if the
-transport's receiver de-duplicates on our Idempotency-Key, the row is retried with the same key
-and the duplicate is absorbed there; if it does not, the row becomes 'unknown' for an operator
-rather than being resent (a possible duplicate) or dropped (a possible loss).
+Exactly-once is at-least-once plus an idempotent receiver, and the receiver decides how the
+worker trades speed for doubt (``receiver_deduplicates`` says which it is):
+
+- idempotent (it de-duplicates on our Idempotency-Key): a resend is harmless. Rows are handed
+  over with the claim, a whole batch goes to the transport at once, settles run on a thread of
+  their own (``growth.sending.settler``), and a row whose lease expired is retried, same key.
+- plain: a resend would be a duplicate. Each small chunk is handed over in its own commit just
+  before it goes on the wire and settled before the next, so a kill leaves in doubt only the
+  chunk that was on the wire; such a row becomes 'unknown' for an operator, never silently
+  resent or dropped.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -34,10 +36,16 @@ from django.db import InterfaceError, OperationalError, connection
 from growth.managers.campaigns import Sending
 from growth.managers.sends import Claimed
 from growth.models import Campaign, RateLimit, Send
-from growth.rendering import CampaignContent, CampaignRenderer
-from growth.settler import Inline, Settler
-from growth.transports import BaseTransport, Delivery, Outcome, get_transport
-from growth.unsubscribe import LinkMaker
+from growth.sending.rendering import CampaignContent, CampaignRenderer
+from growth.sending.settler import InlineSettler, Settler
+from growth.sending.transports import (
+    BaseTransport,
+    Delivery,
+    Outcome,
+    get_transport,
+    receiver_deduplicates,
+)
+from growth.sending.unsubscribe import LinkMaker
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +65,13 @@ def default_worker_id() -> str:
 
 @dataclass
 class Tally:
-    """What became of one campaign's share of a batch, for its log line. Added to from the loop
-    (rows suppressed at the hand-over) and from the settler (outcomes), hence the lock."""
+    """What became of one batch, for its log line. Added to from the loop (rows suppressed at the
+    hand-over) and from the settler (outcomes), hence the lock."""
 
     campaign_id: int
     claimed: int
     to_send: int
-    started: float
+    started: float = field(default_factory=time.monotonic)
     counts: Counter = field(default_factory=Counter)  # new status -> rows
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -84,6 +92,21 @@ class Tally:
         )
 
 
+@dataclass
+class Batch:
+    """Rows of one campaign claimed by this worker in one statement."""
+
+    campaign_id: int
+    rows: list[Claimed]
+    full: bool  # as many rows as were asked for: more is likely waiting
+    tally: Tally
+
+    @property
+    def to_send(self) -> list[Claimed]:
+        """The rows under our lease (the others were suppressed by the claim)."""
+        return [row for row in self.rows if row.status == Send.Status.SENDING]
+
+
 class Worker:
     def __init__(self, *, worker_id: str | None = None, batch_size: int = 20,
                  tick: float = 60.0, lease: float | None = None,
@@ -96,101 +119,89 @@ class Worker:
         self.tick = tick  # seconds to sleep when there is nothing to do
         self.lease = settings.SENDER_LEASE if lease is None else lease  # seconds
         self.transport = transport or get_transport()
-        self.idempotent = self._receiver_deduplicates()
+        self.idempotent = receiver_deduplicates(self.transport, lease=self.lease)
+        self.chunk_size = batch_size if self.idempotent else settings.SENDER_HANDOFF_CHUNK
         self.until_idle = until_idle
         self.once = once
         self.max_attempts = max_attempts or settings.SENDER_MAX_ATTEMPTS
-        # An idempotent receiver absorbs a resend, so one hand-over per batch is enough; with a
-        # plain one, small chunks keep the rows left 'unknown' by a kill to those on the wire.
-        self.chunk_size = batch_size if self.idempotent else settings.SENDER_HANDOFF_CHUNK
         self._stop = threading.Event()
         self._renderers: dict[int, CampaignRenderer] = {}
+        self._links: LinkMaker | None = None
         self._last_campaign_id: int | None = None
         self._transport_bucket_id: int | None = None
         self._rate_wait: float | None = None  # seconds until a rate limit grants a batch
         self._was_full = False
         self._housekept_at = 0.0
-        self._links: LinkMaker | None = None
-        self._settler: Settler | Inline = Inline()  # a single cycle() settles as it goes
-
-    def _receiver_deduplicates(self) -> bool:
-        declared = self.transport.idempotent
-        if declared is None:
-            declared = bool(settings.SENDER_IDEMPOTENT_TRANSPORT)
-        window = getattr(self.transport, "idempotency_window", None)  # seconds
-        if declared and window is not None and self.lease >= window:
-            # A retry comes about one lease after the first attempt: by then the provider has
-            # forgotten the key, so a resend would be a duplicate. Hold such rows instead.
-            logger.error("lease %.0fs outlives the provider's %.0fs idempotency window: treating "
-                         "the receiver as plain", self.lease, window)
-            return False
-        return bool(declared)
+        self._settler: Settler | InlineSettler = InlineSettler()  # a lone cycle() settles as it goes
 
     def stop(self) -> None:
         """Ask the loop to exit after the batch in hand (safe from a signal handler)."""
         self._stop.set()
 
     def run(self) -> None:
-        logger.info("worker %s started (batch %d, lease %.0fs, %s transport)", self.worker_id,
+        logger.info("worker %s started (batch %d, lease %.0fs, %s receiver)", self.worker_id,
                     self.batch_size, self.lease, "idempotent" if self.idempotent else "plain")
-        # Unsettled rows at a kill cost nothing with an idempotent receiver (they are retried and
-        # absorbed); with a plain one each would be 'unknown' for an operator: settle in line.
-        self._settler = Settler() if self.idempotent else Inline()
+        self._settler = Settler() if self.idempotent else InlineSettler()
         try:
             self._loop()  # the transport connects on first use: a mail server down now is transient
         finally:
             self._settler.close()  # what went out is settled before we go
-            self._settler = Inline()
+            self._settler = InlineSettler()
             self.transport.close()
             connection.close()
             logger.info("worker %s stopped", self.worker_id)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            claimed = self._retrying_db(self.cycle)
+            more_waiting = self._retrying_db(self.cycle, default=False)
             if self.once or self._stop.is_set():
                 return
-            if claimed == self.batch_size:
-                continue  # more is likely waiting: no sleep
+            if more_waiting:
+                continue
             outlook = self._retrying_db(Campaign.objects.outlook)
-            if self.until_idle and not outlook.busy:
+            if outlook is None or (self.until_idle and not outlook.busy):
                 return
             self._stop.wait(self._idle_wait(outlook.busy, outlook.next_in))
 
-    def cycle(self) -> int:
-        """Run one pass of the engine; return how many rows it claimed."""
+    def cycle(self) -> bool:
+        """Run one pass of the engine; return True when more rows are likely waiting now."""
         if self._housekeeping_due():
-            for campaign_id in Campaign.objects.start_due():
-                logger.info("campaign %s started", campaign_id)
-            for campaign_id in Send.objects.unbuilt_campaigns():
-                created = Send.objects.build_recipients(campaign_id=campaign_id)
-                if created is not None:
-                    logger.info("campaign %s: %d recipients built", campaign_id, created)
+            self._start_due()
+            self._build()
             self._recover()
-        batch, wanted = self._claim_in_turn()
-        if batch:
-            self._process(batch)
-        full = bool(batch) and len(batch) == wanted
-        if not full:  # while full batches come, no campaign can be finished yet
-            self._settler.drain()  # finish judges by settled rows
-            for campaign_id in Campaign.objects.finish():
-                logger.info("campaign %s finished", campaign_id)
-        self._was_full = full
-        # "Full" when we got all we asked for: more is likely waiting, so no sleep.
-        return self.batch_size if full else len(batch)
+        batch = self._claim()
+        if batch is not None:
+            for outcomes in self._deliver(batch):
+                self._settle(batch, outcomes)
+            self._settler.submit(lambda: batch.tally.log(self.worker_id))
+        self._was_full = batch is not None and batch.full
+        if not self._was_full:  # while full batches come, no campaign can be finished yet
+            self._finish()
+        return self._was_full
 
-    def _housekeeping_due(self) -> bool:
-        """Starting, building and recovering are about campaigns and leases, not batches: while
-        full batches keep coming, once every HOUSEKEEPING_EVERY seconds is enough."""
-        now = time.monotonic()
-        if self._was_full and now - self._housekept_at < HOUSEKEEPING_EVERY:
-            return False
-        self._housekept_at = now
-        return True
+    # --- the pipeline, in the order cycle() runs it ------------------------------------------
 
-    def _claim_in_turn(self) -> tuple[list[Claimed], int]:
+    def _start_due(self) -> None:
+        for campaign_id in Campaign.objects.start_due():
+            logger.info("campaign %s started", campaign_id)
+
+    def _build(self) -> None:
+        for campaign_id in Send.objects.unbuilt_campaigns():
+            created = Send.objects.build_recipients(campaign_id=campaign_id)
+            if created is not None:
+                logger.info("campaign %s: %d recipients built", campaign_id, created)
+
+    def _recover(self) -> None:
+        recovered = Send.objects.recover_expired(idempotent=self.idempotent,
+                                                 max_attempts=self.max_attempts)
+        if recovered:
+            counts = Counter(row.status for row in recovered)
+            logger.warning("recovered %d rows with expired leases: %s", len(recovered),
+                           dict(counts), extra={"worker_id": self.worker_id})
+
+    def _claim(self) -> Batch | None:
         """Claim a batch from the next sending campaign in turn, within its tenant's rate limit
-        and the transport's; return it and how many rows were asked for.
+        and the transport's.
 
         Serving campaigns in turn, not oldest row first, keeps one tenant's big campaign from
         starving another's. Tokens are taken before the claim, so a worker that has none holds
@@ -203,15 +214,52 @@ class Worker:
             if not grant.count:
                 self._rate_wait = min(self._rate_wait or grant.wait, grant.wait)
                 continue
-            batch = Send.objects.claim(worker_id=self.worker_id, batch_size=grant.count,
-                                       lease=self.lease, campaign_id=campaign.campaign_id,
-                                       hand_over=self.idempotent)
-            going = sum(1 for row in batch if row.status == Send.Status.SENDING)
+            rows = Send.objects.claim(worker_id=self.worker_id, batch_size=grant.count,
+                                      lease=self.lease, campaign_id=campaign.campaign_id,
+                                      hand_over=self.idempotent)
+            going = sum(1 for row in rows if row.status == Send.Status.SENDING)
             RateLimit.objects.give_back(buckets, count=grant.count - going)
-            if batch:
+            if rows:
                 self._last_campaign_id = campaign.campaign_id
-                return batch, grant.count
-        return [], 0
+                return Batch(campaign.campaign_id, rows, full=len(rows) == grant.count,
+                             tally=Tally(campaign.campaign_id, claimed=len(rows), to_send=going))
+        return None
+
+    def _deliver(self, batch: Batch) -> Iterator[list[Outcome]]:
+        """Render the batch, then hand it over and send it chunk by chunk; yield the outcomes of
+        each piece, which the caller settles before the next chunk is handed over."""
+        deliveries, unrenderable = self._render(batch.campaign_id, batch.to_send)
+        if unrenderable:
+            yield unrenderable
+        for start in range(0, len(deliveries), self.chunk_size):
+            chunk = deliveries[start:start + self.chunk_size]
+            handed = self._retrying_db(lambda chunk=chunk: self._hand_over(chunk),
+                                       deadline=time.monotonic() + self.lease)
+            if handed is None:
+                return  # no database for a whole lease: unsent, these rows are queued again on expiry
+            batch.tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
+            yield self.transport.send_bulk([d for d in chunk
+                                            if handed.get(d.send_id) == Send.Status.SENDING])
+
+    def _settle(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
+        if outcomes:
+            self._settler.submit(lambda: batch.tally.add(self._record(outcomes)))
+
+    def _finish(self) -> None:
+        self._settler.drain()  # finish judges by settled rows
+        for campaign_id in Campaign.objects.finish():
+            logger.info("campaign %s finished", campaign_id)
+
+    # --- the steps' parts --------------------------------------------------------------------
+
+    def _housekeeping_due(self) -> bool:
+        """Starting, building and recovering are about campaigns and leases, not batches: while
+        full batches keep coming, once every HOUSEKEEPING_EVERY seconds is enough."""
+        now = time.monotonic()
+        if self._was_full and now - self._housekept_at < HOUSEKEEPING_EVERY:
+            return False
+        self._housekept_at = now
+        return True
 
     def _in_turn(self, campaigns: list[Sending]) -> list[Sending]:
         """The campaigns in order, starting after the one served last (a new worker starts at
@@ -232,54 +280,10 @@ class Worker:
                 burst=settings.SENDER_RATE_BURST)
         return self._transport_bucket_id
 
-    def _process(self, batch: Sequence[Claimed]) -> None:
-        started = time.monotonic()
-        by_campaign: dict[int, list[Claimed]] = {}
-        for row in batch:
-            by_campaign.setdefault(row.campaign_id, []).append(row)
-        for campaign_id, rows in by_campaign.items():
-            to_send = [row for row in rows if row.status == Send.Status.SENDING]
-            tally = Tally(campaign_id, claimed=len(rows), to_send=len(to_send), started=started)
-            if to_send:
-                self._deliver(campaign_id, to_send, tally)
-            self._settler.submit(lambda tally=tally: tally.log(self.worker_id))
-
-    def _deliver(self, campaign_id: int, rows: Sequence[Claimed], tally: Tally) -> None:
-        """Render, hand over, send and settle, chunk by chunk.
-
-        Each chunk is marked handed over (committed) before the transport sees it and settled
-        right after (or, for an idempotent receiver, given to the settler), so that with a plain
-        receiver a kill leaves in doubt only the chunk that was on the wire.
-        """
-        deliveries, unrenderable = self._render(campaign_id, rows)
-        self._record(unrenderable, tally)
-        for start in range(0, len(deliveries), self.chunk_size):
-            chunk = deliveries[start:start + self.chunk_size]
-            handed = self._retrying_db(lambda chunk=chunk: self._hand_over(chunk),
-                                       deadline=time.monotonic() + self.lease, default=None)
-            if handed is None:
-                break  # no database for a whole lease: unsent, these rows are queued again on expiry
-            tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
-            go = [d for d in chunk if handed.get(d.send_id) == Send.Status.SENDING]
-            self._record(self.transport.send_bulk(go), tally)
-
-    def _record(self, outcomes: Sequence[Outcome], tally: Tally) -> None:
-        if outcomes:
-            self._settler.submit(lambda: tally.add(self._settle(outcomes)))
-
-    def _hand_over(self, chunk: Sequence[Delivery]) -> dict[int, str]:
-        """Return {send id: 'sending' (send it) | 'suppressed'} for the rows still ours."""
-        ids = [d.send_id for d in chunk]
-        if not self.idempotent:
-            return Send.objects.hand_over(ids, worker_id=self.worker_id)
-        # Claimed already handed over (a resend is absorbed): only opt-outs need a look, and
-        # that look is a read; the rare blocked row goes through the hand-over to be suppressed.
-        blocked = Send.objects.blocked(ids)
-        handed = Send.objects.hand_over(blocked, worker_id=self.worker_id) if blocked else {}
-        return {i: handed.get(i, Send.Status.SENDING) for i in ids}
-
     def _render(self, campaign_id: int,
                 rows: Sequence[Claimed]) -> tuple[list[Delivery], list[Outcome]]:
+        if not rows:
+            return [], []
         renderer = self._renderer(campaign_id)
         deliveries: list[Delivery] = []
         unrenderable: list[Outcome] = []
@@ -294,24 +298,6 @@ class Worker:
             deliveries.append(Delivery(row.id, row.job_id, message))
         return deliveries, unrenderable
 
-    def _settle(self, outcomes: Sequence[Outcome]) -> dict[int, str]:
-        """Record outcomes; retried through a database outage for as long as the lease lasts."""
-        if not outcomes:
-            return {}
-        give_up_at = time.monotonic() + self.lease
-        return self._retrying_db(lambda: Send.objects.settle(
-            outcomes, worker_id=self.worker_id, max_attempts=self.max_attempts,
-            backoff_base=settings.SENDER_BACKOFF_BASE, backoff_max=settings.SENDER_BACKOFF_MAX,
-        ), deadline=give_up_at, default={})
-
-    def _recover(self) -> None:
-        recovered = Send.objects.recover_expired(idempotent=self.idempotent,
-                                                 max_attempts=self.max_attempts)
-        if recovered:
-            counts = Counter(status for _, _, status in recovered)
-            logger.warning("recovered %d rows with expired leases: %s", len(recovered),
-                           dict(counts), extra={"worker_id": self.worker_id})
-
     def _renderer(self, campaign_id: int) -> CampaignRenderer:
         renderer = self._renderers.get(campaign_id)
         if renderer is None:
@@ -323,6 +309,26 @@ class Worker:
             self._renderers[campaign_id] = renderer
         return renderer
 
+    def _hand_over(self, chunk: Sequence[Delivery]) -> dict[int, str]:
+        """Return {send id: 'sending' (send it) | 'suppressed'} for the rows still ours."""
+        ids = [d.send_id for d in chunk]
+        if not self.idempotent:
+            return Send.objects.hand_over(ids, worker_id=self.worker_id)
+        # Handed over by the claim already: only opt-outs need a look, and that look is a read;
+        # the rare blocked row goes through the hand-over to be suppressed.
+        blocked = Send.objects.blocked(ids)
+        handed = Send.objects.hand_over(blocked, worker_id=self.worker_id) if blocked else {}
+        return {i: handed.get(i, Send.Status.SENDING) for i in ids}
+
+    def _record(self, outcomes: Sequence[Outcome]) -> dict[int, str]:
+        """Settle outcomes in the database; retried through an outage for as long as the lease
+        lasts (past it, the rows are recovered as after a crash)."""
+        settled = self._retrying_db(lambda: Send.objects.settle(
+            outcomes, worker_id=self.worker_id, max_attempts=self.max_attempts,
+            backoff_base=settings.SENDER_BACKOFF_BASE, backoff_max=settings.SENDER_BACKOFF_MAX,
+        ), deadline=time.monotonic() + self.lease)
+        return settled or {}
+
     def _idle_wait(self, busy: bool, next_in: float | None) -> float:
         wait = self.tick if next_in is None else min(self.tick, next_in)
         if self._rate_wait is not None:
@@ -332,7 +338,7 @@ class Worker:
         return max(wait, MIN_WAIT)
 
     def _retrying_db(self, call: Callable[[], T], *, deadline: float | None = None,
-                     default: T | None = None) -> T:
+                     default: T | None = None) -> T | None:
         """Run ``call``; on a lost database connection reconnect with backoff and run it again.
 
         Gives up (returning ``default``) only at ``deadline`` or when asked to stop while the

@@ -9,8 +9,8 @@ from django.core.mail.backends import smtp
 from django.core.mail.message import sanitize_address
 from django.utils.module_loading import import_string
 
-from growth.transports.base import BaseTransport, Delivery, Outcome
-from growth.transports.errors import classify
+from growth.sending.transports.base import BaseTransport, Delivery, Outcome
+from growth.sending.transports.errors import classify_failure
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +23,8 @@ class DjangoMailTransport(BaseTransport):
     django-anymail ESP. One backend connection is kept open across batches; each message is sent
     on its own so that each gets its own outcome.
 
-    Idempotent when SENDER_IDEMPOTENT_TRANSPORT says so or, unset, when the backend declares
-    ``idempotent_receiver`` (see growth.backends).
+    The receiver is what the backend declares (``idempotent_receiver`` and
+    ``idempotency_window``, see growth.sending.backends); ``receiver_deduplicates`` decides.
     """
 
     def __init__(self, *, backend: str | None = None, idempotent: bool | None = None,
@@ -34,12 +34,9 @@ class DjangoMailTransport(BaseTransport):
         self._connection = None
         self._senders: dict[str, str] = {}  # From as given -> as the SMTP envelope wants it
         backend_class = import_string(backend or settings.EMAIL_BACKEND)
-        if idempotent is None:
-            idempotent = settings.SENDER_IDEMPOTENT_TRANSPORT
-        if idempotent is None:  # not configured: as the backend declares it
-            idempotent = getattr(backend_class, "idempotent_receiver", False)
         self.idempotent = idempotent
-        self.idempotency_window = getattr(backend_class, "idempotency_window", None)  # seconds
+        self.receiver_declares_idempotent = getattr(backend_class, "idempotent_receiver", False)
+        self.idempotency_window = getattr(backend_class, "idempotency_window", None)
 
     def open(self) -> None:
         if self._connection is None:
@@ -63,8 +60,8 @@ class DjangoMailTransport(BaseTransport):
                 self.open()
             except Exception as exc:
                 # Nobody to talk to: the rest of the batch waits for the next attempt.
-                verdict = classify(exc)
-                outcomes += [Outcome(d.send_id, Outcome.TRANSIENT, error=verdict.error)
+                failure = classify_failure(exc)
+                outcomes += [Outcome(d.send_id, Outcome.TRANSIENT, error=failure.error)
                              for d in deliveries[position:]]
                 break
             outcomes.append(self._send_one(delivery))
@@ -93,10 +90,10 @@ class DjangoMailTransport(BaseTransport):
             else:
                 accepted = self._connection.send_messages([message])
         except Exception as exc:
-            verdict = classify(exc)
-            if verdict.reconnect:
+            failure = classify_failure(exc)
+            if failure.reconnect:
                 self.close()
-            return Outcome(delivery.send_id, verdict.kind, error=verdict.error)
+            return Outcome(delivery.send_id, failure.kind, error=failure.error)
         status = getattr(message, "anymail_status", None)
         if status is not None and status.status and status.status <= _ANYMAIL_REFUSED:
             return Outcome(delivery.send_id, Outcome.PERMANENT,

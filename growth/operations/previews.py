@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from django.core.exceptions import ValidationError
 from django.core.mail import EmailMultiAlternatives
 
-from growth.addresses import parse_address
+from growth.audience.addresses import parse_address
 from growth.models import Campaign, Subscriber
-from growth.rendering import CampaignContent, CampaignRenderer, check_content
-from growth.transports import Delivery, Outcome, get_transport
+from growth.sending.rendering import CampaignContent, CampaignRenderer, check_content
+from growth.sending.transports import Delivery, Outcome, get_transport
 
 SAMPLE_ADDRESS = "sample.recipient@example.com"
 NO_SUBSCRIBER = 0  # no row has this id: a preview's unsubscribe link cannot touch anyone

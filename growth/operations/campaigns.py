@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 
 from growth.models import Campaign
-from growth.rendering import check_content
+from growth.sending.rendering import check_content
 
 
 class TransitionRefused(Exception):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from growth.address_files import AddressList, Entry, Invalid
+from growth.audience.address_files import AddressList, Entry, Invalid
 from growth.models import Segment, Subscriber, Suppression
 
 IMPORTABLE_STATUSES = (Subscriber.Status.PENDING, Subscriber.Status.CONFIRMED)

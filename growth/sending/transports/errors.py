@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.core.mail import BadHeaderError
 
-from growth.transports.base import Outcome
+from growth.sending.transports.base import Outcome
 
 try:  # django-anymail is optional at import time
     from anymail import exceptions as anymail_errors
@@ -22,45 +22,45 @@ except ImportError:  # pragma: no cover
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class Failure:
     kind: str  # Outcome.TRANSIENT or Outcome.PERMANENT
     error: str
     reconnect: bool = False  # the connection is no longer usable
 
 
-def classify(exc: BaseException) -> Verdict:
+def classify_failure(exc: BaseException) -> Failure:
     """Return what a send failure means for the row."""
     error = f"{type(exc).__name__}: {exc}"[:1000]
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         codes = [code for code, _ in exc.recipients.values()]
-        return Verdict(_by_code(min(codes) if codes else 550), error)
+        return Failure(_by_code(min(codes) if codes else 550), error)
     if isinstance(exc, smtplib.SMTPServerDisconnected | smtplib.SMTPConnectError):
-        return Verdict(Outcome.TRANSIENT, error, reconnect=True)
+        return Failure(Outcome.TRANSIENT, error, reconnect=True)
     if isinstance(exc, smtplib.SMTPAuthenticationError | smtplib.SMTPSenderRefused
                   | smtplib.SMTPHeloError | smtplib.SMTPNotSupportedError):
-        return Verdict(Outcome.TRANSIENT, error, reconnect=True)
+        return Failure(Outcome.TRANSIENT, error, reconnect=True)
     if isinstance(exc, smtplib.SMTPResponseException):
         # 421: the server is closing the connection (smtplib has already closed its side)
-        return Verdict(_by_code(exc.smtp_code), error, reconnect=exc.smtp_code == 421)
+        return Failure(_by_code(exc.smtp_code), error, reconnect=exc.smtp_code == 421)
     # before OSError: anymail's API errors are requests' HTTPErrors, hence OSErrors too
     if anymail_errors is not None and isinstance(exc, anymail_errors.AnymailError):
         return _anymail(exc, error)
     if isinstance(exc, BadHeaderError | UnicodeError | ValueError):
-        return Verdict(Outcome.PERMANENT, error)
+        return Failure(Outcome.PERMANENT, error)
     if isinstance(exc, OSError):  # refused, reset, timed out
-        return Verdict(Outcome.TRANSIENT, error, reconnect=True)
-    return Verdict(Outcome.TRANSIENT, error, reconnect=True)
+        return Failure(Outcome.TRANSIENT, error, reconnect=True)
+    return Failure(Outcome.TRANSIENT, error, reconnect=True)
 
 
 def _by_code(code: int) -> str:
     return Outcome.PERMANENT if 500 <= code < 600 else Outcome.TRANSIENT
 
 
-def _anymail(exc, error: str) -> Verdict:
+def _anymail(exc, error: str) -> Failure:
     if isinstance(exc, anymail_errors.AnymailRecipientsRefused | anymail_errors.AnymailInvalidAddress
                   | anymail_errors.AnymailUnsupportedFeature):
-        return Verdict(Outcome.PERMANENT, error)
+        return Failure(Outcome.PERMANENT, error)
     status = getattr(exc, "status_code", None)
     if status is not None and 400 <= status < 500 and status not in (408, 409, 425, 429):
-        return Verdict(Outcome.PERMANENT, error)
-    return Verdict(Outcome.TRANSIENT, error)
+        return Failure(Outcome.PERMANENT, error)
+    return Failure(Outcome.TRANSIENT, error)

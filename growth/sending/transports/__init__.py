@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from growth.transports.base import BaseTransport, Delivery, Outcome
+from growth.sending.transports.base import BaseTransport, Delivery, Outcome, receiver_deduplicates
 
-__all__ = ["BaseTransport", "Delivery", "Outcome", "get_transport"]
+__all__ = ["BaseTransport", "Delivery", "Outcome", "get_transport", "receiver_deduplicates"]
 
 
 def get_transport(path: str | None = None, **kwargs) -> BaseTransport:

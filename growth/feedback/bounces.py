@@ -30,13 +30,13 @@ _REJECTED_BECAUSE = {
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class EventVerdict:
     event_type: str  # anymail's, corrected where the payload says otherwise
     reject_reason: str  # anymail's RejectReason, or ""
     suppress: str | None  # a Suppression.Reason, or None: record only
 
 
-def classify(esp_name: str, event: AnymailTrackingEvent) -> Verdict | None:
+def classify_event(esp_name: str, event: AnymailTrackingEvent) -> EventVerdict | None:
     """Return what to do with the event, or None if it is not worth recording."""
     raw = event.esp_event if isinstance(event.esp_event, dict) else {}
     event_type = event.event_type
@@ -57,7 +57,7 @@ def classify(esp_name: str, event: AnymailTrackingEvent) -> Verdict | None:
         suppress = Suppression.Reason.UNSUBSCRIBED
     elif event_type == EventType.REJECTED:
         suppress = _REJECTED_BECAUSE.get(reason)
-    return Verdict(event_type=event_type, reject_reason=reason, suppress=suppress)
+    return EventVerdict(event_type=event_type, reject_reason=reason, suppress=suppress)
 
 
 # How each ESP tells a hard bounce: the Suppression.Reason a bounced event calls for, or None.

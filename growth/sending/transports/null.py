@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from growth.transports.base import BaseTransport, Delivery, Outcome
+from growth.sending.transports.base import BaseTransport, Delivery, Outcome
 
 
 class NullTransport(BaseTransport):

@@ -1,7 +1,7 @@
 """Brevo: an ``idempotencyKey`` in the API request's headers object. Brevo wants a UUID, so the
 key is the UUID derived from our job id (uuid5: the same id gives the same UUID on every retry).
 
-    EMAIL_BACKEND=growth.backends.brevo.EmailBackend  ANYMAIL=BREVO_API_KEY=xkeysib-...
+    EMAIL_BACKEND=growth.sending.backends.brevo.EmailBackend  ANYMAIL=BREVO_API_KEY=xkeysib-...
 """
 
 from __future__ import annotations

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.mail import EmailMessage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One rendered message bound to the send row it settles."""
+
+    send_id: int
+    job_id: str
+    message: EmailMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the transport said of one message."""
+
+    SENT = "sent"
+    TRANSIENT = "transient"  # worth retrying later, with the same key
+    PERMANENT = "permanent"  # will never work: the row fails
+
+    send_id: int
+    kind: str
+    provider_message_id: str = ""
+    error: str = ""
+
+
+class BaseTransport:
+    """Base class for transports.
+
+    What a transport knows of its receiver, for ``receiver_deduplicates`` to decide:
+    ``idempotent`` forces the answer (None: the setting decides, then the receiver's own
+    declaration), ``receiver_declares_idempotent`` is that declaration (e.g. an email backend's
+    ``idempotent_receiver``), ``idempotency_window`` how long the receiver remembers a key.
+    """
+
+    idempotent: bool | None = None
+    receiver_declares_idempotent: bool = False
+    idempotency_window: float | None = None  # seconds; None: for ever, or not known
+
+    def open(self) -> None:
+        """Open whatever connection the transport keeps between batches."""
+
+    def close(self) -> None:
+        """Close it; safe to call twice."""
+
+    def send_bulk(self, deliveries: Sequence[Delivery]) -> list[Outcome]:
+        """Send each delivery; return one Outcome per delivery. Must not raise for one bad message."""
+        raise NotImplementedError("subclasses of BaseTransport must provide a send_bulk() method")
+
+    def __enter__(self) -> BaseTransport:
+        self.open()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def receiver_deduplicates(transport: BaseTransport, *, lease: float) -> bool:
+    """Return True when a resend under the same key is harmless: the receiver absorbs it.
+
+    This is the one place that decides it. The worker then retries a row whose lease expired
+    after its hand-over with the same key; otherwise such a row becomes 'unknown' for an
+    operator (exactly-once is at-least-once plus an idempotent receiver). In order: what the
+    transport forces, SENDER_IDEMPOTENT_TRANSPORT, what the receiver declares; and never when the
+    receiver forgets keys before a lease runs out, since the retry comes about one lease after
+    the first attempt.
+    """
+    declared = transport.idempotent
+    if declared is None:
+        declared = settings.SENDER_IDEMPOTENT_TRANSPORT
+    if declared is None:
+        declared = transport.receiver_declares_idempotent
+    window = transport.idempotency_window
+    if declared and window is not None and lease >= window:
+        logger.error("lease %.0fs outlives the receiver's %.0fs idempotency window: treating the "
+                     "receiver as plain", lease, window)
+        return False
+    return bool(declared)

@@ -1,0 +1,67 @@
+"""Helpers shared by the tests: threads on their own connections, subprocesses on the test
+database, and what a response told its user."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import quote
+
+from django.contrib.messages import get_messages
+from django.db import connection, connections
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def texts(response) -> list[str]:
+    """The messages (django.contrib.messages) the response's request left for its user."""
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def concurrently(count: int, func: Callable[[int], object]) -> list[object]:
+    """Run func(0..count-1) in ``count`` threads released at the same instant, each on its own
+    database connection; return the results in order (an exception is re-raised)."""
+    barrier = threading.Barrier(count)
+    results: list[object] = [None] * count
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = func(i)
+        except BaseException as exc:  # surfaced to the test below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a manage.py subprocess that must use this test database."""
+    db = connection.settings_dict
+    host = quote(db["HOST"] or "", safe="")
+    port = f":{db['PORT']}" if db["PORT"] else ""
+    password = f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else ""
+    env = dict(os.environ)
+    env.update({
+        "DATABASE_URL": f"postgres://{db['USER']}{password}@{host}{port}/{db['NAME']}",
+        "PYTHONUNBUFFERED": "1",
+        "LOG_LEVEL": "INFO",
+    })
+    env.update(extra)
+    return env
+
+
+def manage(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "manage.py"), *args]
