@@ -24,16 +24,18 @@ MAX_ATTEMPTS, BACKOFF_BASE, BACKOFF_MAX = 5, 30.0, 3600.0  # the engine's defaul
 def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> int:
     """One worker: claim, (hand over,) settle until nothing is left; return rows settled."""
     import psycopg
+    from psycopg.rows import dict_row
 
     from growth.managers.queries import load
 
     queries = load(SENDS_SQL)
     worker_id = f"ceiling-{index}"
     # ClientCursor: parameters bound the way Django's psycopg backend binds them.
-    with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+    with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor,
+                         row_factory=dict_row) as conn:
         # the engine claims campaign by campaign: so does the ceiling (the bench's one)
-        (campaign_id,) = conn.execute(
-            "SELECT id FROM growth_campaigns WHERE status = 'sending'").fetchone()
+        campaign_id = conn.execute(
+            "SELECT id FROM growth_campaigns WHERE status = 'sending'").fetchone()["id"]
         claim = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
                  "campaign_id": campaign_id, "hand_over": False}
         ready()
@@ -42,11 +44,11 @@ def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> 
             rows = conn.execute(queries["claim"], claim).fetchall()
             if not rows:
                 return settled
-            ids = [row[0] for row in rows if row[6] == "sending"]
+            ids = [row["id"] for row in rows if row["status"] == "sending"]
             if hand_over:
-                ids = [i for i, status in conn.execute(
+                ids = [row["id"] for row in conn.execute(
                     queries["hand_over"], {"ids": ids, "worker_id": worker_id}).fetchall()
-                    if status == "sending"]
+                    if row["status"] == "sending"]
             done = conn.execute(queries["settle"], {
                 "ids": ids, "outcomes": ["sent"] * len(ids), "provider_ids": ["null"] * len(ids),
                 "errors": [""] * len(ids), "worker_id": worker_id, "max_attempts": MAX_ATTEMPTS,

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db import models, transaction
 
-from growth.managers.queries import Queries, Row
+from growth.managers.queries import FromRow, Queries
 
 QUERIES = Queries.beside(__file__)
 
@@ -18,13 +18,9 @@ class Outlook:
 
 
 @dataclass(frozen=True, slots=True)
-class Sending:
+class Sending(FromRow):
     campaign_id: int
     rate_limit_id: int | None  # its tenant's bucket, if the tenant has one
-
-    @classmethod
-    def from_row(cls, row: Row) -> Sending:
-        return cls(**row)
 
 
 class CampaignManager(models.Manager):

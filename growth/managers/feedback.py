@@ -6,23 +6,19 @@ from datetime import datetime
 from django.db import models
 
 from growth.job_ids import JobKey
-from growth.managers.queries import Queries, Row
+from growth.managers.queries import FromRow, Queries
 
 QUERIES = Queries.beside(__file__)
 
 
 @dataclass(frozen=True, slots=True)
-class Attribution:
+class Attribution(FromRow):
     """The tenant an event belongs to, and as much of the campaign and send as is known."""
 
     account_id: int
     campaign_id: int | None = None
     send_id: int | None = None
     email_lower: str | None = None  # the send's address, when the event is matched to a send
-
-    @classmethod
-    def from_row(cls, row: Row) -> Attribution:
-        return cls(**row)
 
 
 class FeedbackEventManager(models.Manager):

@@ -26,6 +26,16 @@ NO_FLUSH_WAIT = "SET LOCAL synchronous_commit = off;\n"
 Row = dict[str, object]
 
 
+class FromRow:
+    """For the dataclasses managers return: built from a row by column name."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_row(cls, row: Row):
+        return cls(**row)
+
+
 def load(path: Path) -> dict[str, str]:
     """Return {name: statement} for the blocks in ``path``, fragments spliced in."""
     text = path.read_text()

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db import models, transaction
 
-from growth.managers.queries import Queries, Row
+from growth.managers.queries import FromRow, Queries
 from growth.sending.transports.base import Outcome
 
 QUERIES = Queries.beside(__file__)
@@ -16,7 +16,7 @@ RECOVER_LIMIT = 10_000  # rows per recovery statement, to keep its transaction s
 
 
 @dataclass(frozen=True, slots=True)
-class Claimed:
+class Claimed(FromRow):
     """A send row this worker now holds: 'sending' under a lease, or just marked 'suppressed'."""
 
     id: int
@@ -27,46 +27,30 @@ class Claimed:
     status: str
     attempts: int
 
-    @classmethod
-    def from_row(cls, row: Row) -> Claimed:
-        return cls(**row)
-
 
 @dataclass(frozen=True, slots=True)
-class Recovered:
+class Recovered(FromRow):
     """A row whose lease expired, and what recovery made of it."""
 
     id: int
     campaign_id: int
     status: str  # 'queued' (sent again, same key) or 'unknown' (an operator decides)
 
-    @classmethod
-    def from_row(cls, row: Row) -> Recovered:
-        return cls(**row)
-
 
 @dataclass(frozen=True, slots=True)
-class Requeued:
+class Requeued(FromRow):
     id: int
     campaign_id: int
     reopened: bool  # the campaign had finished and went back to sending
 
-    @classmethod
-    def from_row(cls, row: Row) -> Requeued:
-        return cls(**row)
-
 
 @dataclass(frozen=True, slots=True)
-class AddressHistory:
+class AddressHistory(FromRow):
     campaign_id: int
     campaign_name: str
     status: str
     sent_at: datetime | None
     updated_at: datetime
-
-    @classmethod
-    def from_row(cls, row: Row) -> AddressHistory:
-        return cls(**row)
 
 
 class SendManager(models.Manager):
