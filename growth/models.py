@@ -21,6 +21,7 @@ from growth.managers.limits import RateLimitManager
 from growth.managers.sends import SendManager
 from growth.managers.subscribers import SubscriberManager
 from growth.managers.suppressions import SuppressionManager
+from growth.sending.sender import MAX_DISPLAY_NAME, validate_display_name, validate_sender_address
 
 
 class Account(models.Model):
@@ -28,8 +29,11 @@ class Account(models.Model):
 
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=100, unique=True)
-    from_email = models.EmailField()
-    from_name = models.CharField(max_length=200, blank=True)
+    # Not an EmailField: its validator would answer "Enter a valid email address." for an
+    # address that is valid but cannot be a sender, hiding the reason ours gives.
+    from_email = models.CharField(max_length=254, validators=[validate_sender_address])
+    from_name = models.CharField(max_length=MAX_DISPLAY_NAME, blank=True,
+                                 validators=[validate_display_name])
 
     class Meta:
         db_table = "growth_accounts"
@@ -174,6 +178,9 @@ class Campaign(models.Model):
     recipients_built_at = models.DateTimeField(null=True, blank=True, editable=False)
     started_at = models.DateTimeField(null=True, blank=True, editable=False)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Set when the engine paused the campaign because it cannot be sent as it is (its sender,
+    # its templates, its transport); cleared by resume and by an operator's pause.
+    pause_reason = models.TextField(db_default="", blank=True, editable=False)
     created_at = models.DateTimeField(db_default=Now(), editable=False)
     updated_at = models.DateTimeField(db_default=Now(), auto_now=True, editable=False)
 
@@ -313,8 +320,9 @@ class FeedbackEvent(models.Model):
     """What an ESP reported about a message we sent: a bounce, a delay, a complaint, an opt-out.
 
     One row per (ESP, event id, recipient), written only by ``FeedbackEventManager.record``: a
-    webhook posted again finds its row and changes nothing. Events nobody could attribute to a
-    tenant are not stored at all.
+    webhook posted again finds its row and changes nothing. An event that names no send of ours
+    (or names one whose address or tenant it contradicts) is kept unattributed, with no account,
+    and suppresses nothing: only superusers see those.
     """
 
     esp = models.CharField("ESP", max_length=32)
@@ -322,11 +330,13 @@ class FeedbackEvent(models.Model):
     event_type = models.CharField(max_length=16)
     reject_reason = models.CharField(max_length=16, blank=True)
     email_lower = models.CharField("recipient", max_length=320)
-    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="+")
+    account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="+", help_text="Empty: the event was not attributed.")
     campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.SET_NULL,
                                  related_name="+")
     send = models.ForeignKey(Send, null=True, blank=True, on_delete=models.SET_NULL,
                              related_name="+")
+    unattributed_because = models.CharField(max_length=200, blank=True)
     suppressed = models.BooleanField(
         default=False, help_text="The event suppressed the address for the tenant (it may already "
                                  "have been suppressed); false for soft bounces and delays.")
@@ -347,3 +357,20 @@ class FeedbackEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.esp} {self.event_type} {self.email_lower}"
+
+
+class WebhookToken(models.Model):
+    """A webhook signature's one-time token (Mailgun's), once used: the same token on another
+    body is a replay and is refused; on the same body it is the ESP posting again."""
+
+    esp = models.CharField("ESP", max_length=32)
+    token = models.CharField(max_length=255)
+    body_sha256 = models.CharField(max_length=64)
+    used_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        db_table = "growth_webhook_tokens"
+        constraints = [models.UniqueConstraint("esp", "token", name="webhook_token_once")]
+
+    def __str__(self) -> str:
+        return f"{self.esp} {self.token}"

@@ -1,4 +1,6 @@
-"""Which accounts a user may see: the one rule behind the admin's scoping and the tenant UI."""
+"""Which accounts a user may see and change: the one rule behind the admin's scoping and the
+tenant UI. A membership's role means the same in both: an editor changes the account's data, a
+viewer only reads it."""
 
 from __future__ import annotations
 
@@ -6,26 +8,44 @@ from django.db.models import QuerySet
 
 from growth.models import Membership
 
-_CACHE = "_growth_account_ids"
+_CACHE = "_growth_memberships"
 
 
-def account_ids_for(user) -> frozenset[int] | None:
-    """Return the ids of the accounts ``user`` is a member of, or None for "every account"
-    (superusers). Cached on the user object, i.e. for one request."""
-    if not user.is_authenticated or not user.is_active:
-        return frozenset()
-    if user.is_superuser:
-        return None
+def _roles(user) -> dict[int, str]:
+    """{account id: role} of the user's memberships, cached on the user (one request)."""
     cached = getattr(user, _CACHE, None)
     if cached is None:
-        cached = frozenset(Membership.objects.filter(user=user).values_list("account_id", flat=True))
+        cached = dict(Membership.objects.filter(user=user).values_list("account_id", "role"))
         setattr(user, _CACHE, cached)
     return cached
 
 
-def scoped(queryset: QuerySet, user, *, account_field: str = "account") -> QuerySet:
-    """Narrow ``queryset`` to the rows whose ``account_field`` is one of the user's accounts."""
-    ids = account_ids_for(user)
+def account_ids_for(user, *, editable: bool = False) -> frozenset[int] | None:
+    """Return the ids of the accounts ``user`` may see (``editable``: may change), or None for
+    "every account" (superusers)."""
+    if not user.is_authenticated or not user.is_active:
+        return frozenset()
+    if user.is_superuser:
+        return None
+    roles = _roles(user)
+    if editable:
+        return frozenset(a for a, role in roles.items() if role == Membership.Role.EDITOR)
+    return frozenset(roles)
+
+
+def may_edit(user, account_id: int | None) -> bool:
+    """May ``user`` change the data of this account (None: of any account at all)?"""
+    ids = account_ids_for(user, editable=True)
+    if ids is None:
+        return True
+    return bool(ids) if account_id is None else account_id in ids
+
+
+def scoped(queryset: QuerySet, user, *, account_field: str = "account",
+           editable: bool = False) -> QuerySet:
+    """Narrow ``queryset`` to the rows whose ``account_field`` is one of the user's accounts
+    (``editable``: one it may change)."""
+    ids = account_ids_for(user, editable=editable)
     if ids is None:
         return queryset
     return queryset.filter(**{f"{account_field}__in": ids})

@@ -75,9 +75,9 @@ def finished_campaign_with_unknown_rows(count: int = 4, unknown: int = 2) -> tup
     return campaign, lost
 
 
-def operator(*accounts: Account, perms: str | list[str] = "all", **kwargs):
-    """A staff user, member of ``accounts``, with the growth app's model permissions
-    (``perms="all"``) or only those listed (codenames, e.g. ["view_send"])."""
+def operator(*accounts: Account, perms: str | list[str] = "all", viewer_of: tuple = (), **kwargs):
+    """A staff user, editor of ``accounts`` and viewer of ``viewer_of``, with the growth app's
+    model permissions (``perms="all"``) or only those listed (codenames, e.g. ["view_send"])."""
     from django.contrib.auth.models import Permission
 
     from growth.models import Membership
@@ -89,6 +89,8 @@ def operator(*accounts: Account, perms: str | list[str] = "all", **kwargs):
     user.user_permissions.set(permissions)
     for account in accounts:
         Membership.objects.create(user=user, account=account)
+    for account in viewer_of:
+        Membership.objects.create(user=user, account=account, role=Membership.Role.VIEWER)
     return user
 
 

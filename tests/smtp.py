@@ -19,6 +19,7 @@ class Accepted:
     idempotency_key: str
     message_id: str
     message: Message
+    envelope_from: str = ""
 
 
 @dataclass
@@ -47,7 +48,7 @@ class RecordingHandler:
                     return scripted.pop(0)
             for rcpt in envelope.rcpt_tos:
                 self.accepted.append(Accepted(rcpt, message["Idempotency-Key"],
-                                              message["Message-ID"], message))
+                                              message["Message-ID"], message, envelope.mail_from))
         return "250 OK"
 
     def keys(self) -> Counter:

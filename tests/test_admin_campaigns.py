@@ -314,6 +314,19 @@ def test_send_a_test_to_me_sends_one_marked_message_and_records_no_send(client, 
     assert Client().post(urlsplit(link).path).status_code == 400
 
 
+def test_the_test_message_on_the_wire_carries_the_test_subject(client, staff, tenant, smtp_settings):
+    campaign = CampaignFactory(account=tenant, subject="Big news")
+    client.post(reverse("admin:growth_campaign_send_test", args=[campaign.pk]))
+    (accepted,) = smtp_settings.handler.accepted  # the bytes the server got, not the object
+    assert accepted.message["Subject"] == "[TEST] Big news"
+    assert accepted.recipient == staff.email
+
+
+@pytest.mark.parametrize("object_id", ["abc", "0", "99999999999999999999999", "1%00"])
+def test_send_a_test_to_an_id_that_is_no_campaign_is_a_404(client, staff, object_id):
+    assert client.post(f"/admin/growth/campaign/{object_id}/send-test/").status_code == 404
+
+
 def test_send_a_test_is_a_post_with_a_csrf_token(tenant, mailoutbox):
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator(tenant))

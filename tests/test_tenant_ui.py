@@ -221,6 +221,25 @@ def test_import_reports_and_export_reads_back(client, user, tenant, other_tenant
     assert "Imported 0 addresses" in body and body.count("<td>already suppressed</td>") == 2
 
 
+def test_an_address_a_spreadsheet_would_run_as_a_formula_is_exported_as_text_and_reads_back(
+        client, user, tenant):
+    hostile = "=cmd|'/c.calc'!a0@example.com"  # a valid address
+    suppress(tenant, hostile)
+    for other in ("+1+2@example.com", "-2+3@example.com", "=1+2@example.com"):
+        suppress(tenant, other)
+
+    export = b"".join(client.get(url("suppression-export", tenant)).streaming_content)
+    emails = [row[0] for row in csv.reader(io.StringIO(export.decode()))][1:]
+
+    assert all(email.startswith("'") for email in emails), emails
+    assert "'" + hostile in emails
+    Suppression.objects.all().delete()
+    body = client.post(url("suppression-import", tenant),
+                       {"file": SimpleUploadedFile("export.csv", export)}).content.decode()
+    assert "Imported 4 addresses" in body
+    assert hostile in set(Suppression.objects.values_list("email_lower", flat=True))
+
+
 def test_an_import_with_an_invalid_line_imports_nothing_by_default(client, user, tenant):
     upload = SimpleUploadedFile("list.csv", b"a@example.com\nnope\n")
     body = client.post(url("suppression-import", tenant), {"file": upload}).content.decode()

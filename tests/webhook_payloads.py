@@ -460,8 +460,10 @@ class AmazonSES(ESP):
         headers = {"x-amz-sns-message-type": "Notification", "x-amz-sns-message-id": message_id,
                    "x-amz-sns-topic-arn": "arn:aws:sns:us-east-1:123456789012:ses-events",
                    **basic_auth(credentials)}
-        return client.post(cls.url, data=body, content_type="text/plain; charset=UTF-8",
-                           headers=headers)
+        # generic(): post() would re-encode the body for the charset, and refuse bytes that
+        # are not UTF-8, which is one of the things a test posts
+        return client.generic("POST", cls.url, body, content_type="text/plain; charset=UTF-8",
+                              headers=headers)
 
 
 ALL = [Postmark, SendGrid, Mailgun, Resend, AmazonSES]

@@ -48,7 +48,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "growth.feedback.webhook_auth.WebhookAuthMiddleware",
+    "growth.feedback.webhooks.WebhookMiddleware",
 ]
 
 ROOT_URLCONF = "zylior.urls"

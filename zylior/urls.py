@@ -1,9 +1,13 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from growth.feedback.webhooks import MailgunTrackingView
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     # ESP feedback: /anymail/<esp>/tracking/, behind ANYMAIL's WEBHOOK_SECRET (see README)
+    # Mailgun's before anymail's own: the same view, refusing a replayed signature
+    path("anymail/mailgun/tracking/", MailgunTrackingView.as_view(), name="mailgun_tracking_webhook"),
     path("anymail/", include("anymail.urls")),
     path("", include("growth.urls")),
 ]

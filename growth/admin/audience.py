@@ -7,6 +7,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin, scoped_choices
+from growth.admin.widgets import TolerantAutocomplete
 from growth.audience.address_files import UnreadableFile, read_csv
 from growth.audience.addresses import parse_address
 from growth.audience.imports import IMPORTABLE_STATUSES, import_subscribers
@@ -29,7 +30,7 @@ class SuperuserOnly:
     has_delete_permission = has_change_permission
 
 
-class MembershipInline(SuperuserOnly, admin.TabularInline):
+class MembershipInline(SuperuserOnly, TolerantAutocomplete, admin.TabularInline):
     model = Membership
     extra = 0
     autocomplete_fields = ["user"]
@@ -51,7 +52,7 @@ class AccountAdmin(TenantScopedAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(SuperuserOnly, admin.ModelAdmin):
+class MembershipAdmin(SuperuserOnly, TolerantAutocomplete, admin.ModelAdmin):
     list_display = ["user", "account", "role", "created_at"]
     list_filter = ["role", "account"]
     list_select_related = ["user", "account"]
@@ -129,7 +130,7 @@ class SubscriberAdmin(TenantScopedAdmin):
     def import_view(self, request):
         if not self.has_add_permission(request):
             raise PermissionDenied
-        segments = scoped_choices(Segment, request)
+        segments = scoped_choices(Segment, request, editable=True)
         form = SubscriberImportForm(request.POST or None, request.FILES or None, segments=segments)
         report = error = None
         if request.method == "POST" and form.is_valid():

@@ -4,9 +4,10 @@ from collections.abc import Callable
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponseRedirect
-from django.shortcuts import get_object_or_404
+from django.template.defaultfilters import truncatechars
 from django.template.loader import render_to_string
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -24,8 +25,8 @@ from growth.operations.campaigns import (
 from growth.operations.previews import SendTestFailed, preview_campaign, send_test_message
 
 CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segments"]
-ENGINE_FIELDS = ["status", "progress_detail", "recipients_built_at", "started_at", "finished_at",
-                 "created_at", "updated_at"]
+ENGINE_FIELDS = ["status", "pause_reason", "progress_detail", "recipients_built_at", "started_at",
+                 "finished_at", "created_at", "updated_at"]
 SEND_STATUSES = [status.value for status in Send.Status]
 MAX_MESSAGES = 20  # refusals listed one by one; beyond, a count
 MAX_TEST_SENDS = 5  # campaigns per "send a test to me" action
@@ -64,7 +65,7 @@ class CampaignForm(forms.ModelForm):
 @admin.register(Campaign)
 class CampaignAdmin(TenantScopedAdmin):
     form = CampaignForm
-    list_display = ["name", "account", "status", "scheduled_for", "progress"]
+    list_display = ["name", "account", "state", "scheduled_for", "progress"]
     list_filter = ["status", ("account", ScopedRelatedFilter)]
     list_select_related = ["account"]
     search_fields = ["name"]
@@ -77,7 +78,9 @@ class CampaignAdmin(TenantScopedAdmin):
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = [
-            (None, {"fields": ["name", "account", "status", "scheduled_for", "version"]}),
+            (None, {"fields": ["name", "account", "status",
+                               *(["pause_reason"] if obj and obj.pause_reason else []),
+                               "scheduled_for", "version"]}),
             ("Content", {"fields": ["subject", "body_text", "body_html", "segments"],
                          "description": "Editable while the campaign is a draft."}),
         ]
@@ -103,6 +106,14 @@ class CampaignAdmin(TenantScopedAdmin):
             campaign.send_counts = counts.get(campaign.id, {})
         changelist.result_list = campaigns
         return changelist
+
+    @admin.display(description="status", ordering="status")
+    def state(self, obj):
+        if obj.pause_reason:
+            return format_html('{} <span class="growth-pause-reason" title="{}">— cannot be sent: '
+                               '{}</span>', obj.get_status_display(), obj.pause_reason,
+                               truncatechars(obj.pause_reason, 80))
+        return obj.get_status_display()
 
     @admin.display(description="progress (sent / recipients)")
     def progress(self, obj):
@@ -173,7 +184,7 @@ class CampaignAdmin(TenantScopedAdmin):
         return require_POST(self._send_test)(request, object_id)
 
     def _send_test(self, request, object_id):
-        campaign = get_object_or_404(self.get_queryset(request), pk=object_id)
+        campaign = self.get_object(request, unquote(object_id))  # 404 for "abc" too, never a 500
         if not self.has_view_permission(request, campaign):
             raise PermissionDenied
         self._send_tests(request, [campaign])

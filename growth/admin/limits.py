@@ -5,13 +5,14 @@ from __future__ import annotations
 from django.contrib import admin
 
 from growth.admin.audience import SuperuserOnly
+from growth.admin.widgets import TolerantAutocomplete
 from growth.models import RateLimit
 
 RECENT = 10  # seconds over which "now" is measured
 
 
 @admin.register(RateLimit)
-class RateLimitAdmin(SuperuserOnly, admin.ModelAdmin):
+class RateLimitAdmin(SuperuserOnly, TolerantAutocomplete, admin.ModelAdmin):
     list_display = ["scope", "per_second", "burst", "current_rate"]
     list_select_related = ["account"]
     fields = ["account", "transport", "per_second", "burst"]

@@ -1,19 +1,21 @@
-"""Tenant scoping for ModelAdmins: querysets, object pages, form choices and list filters."""
+"""Tenant scoping for ModelAdmins: querysets, object pages, form choices, list filters, and
+what a member may change (an editor of the account) rather than only see (a viewer)."""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import Http404
 
 from growth.models import Account, Campaign, Segment, Subscriber
-from growth.tenancy import scoped
+from growth.tenancy import may_edit, scoped
 
 # How each model that a form or a filter offers as a choice reaches its account.
 ACCOUNT_FIELD = {Account: "id", Segment: "account", Campaign: "account", Subscriber: "account"}
 
 
-def scoped_choices(model, request):
-    return scoped(model._default_manager.all(), request.user, account_field=ACCOUNT_FIELD[model])
+def scoped_choices(model, request, *, editable: bool = False):
+    return scoped(model._default_manager.all(), request.user, account_field=ACCOUNT_FIELD[model],
+                  editable=editable)
 
 
 class TenantScopedAdmin(admin.ModelAdmin):
@@ -30,14 +32,47 @@ class TenantScopedAdmin(admin.ModelAdmin):
             raise Http404(f"There is no {self.opts.verbose_name} with this id.")
         return obj
 
+    # --- a viewer's membership reads, an editor's changes -------------------------------------
+
+    def _account_id(self, obj) -> int:
+        return obj.pk if self.account_field == "id" else getattr(obj, f"{self.account_field}_id")
+
+    def _may_edit(self, request, obj) -> bool:
+        return may_edit(request.user, None if obj is None else self._account_id(obj))
+
+    def has_add_permission(self, request, *args):
+        return super().has_add_permission(request, *args) and may_edit(request.user, None)
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and self._may_edit(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and self._may_edit(request, obj)
+
+    def response_action(self, request, queryset):
+        """Run an action that changes rows on the rows of accounts the user may change only,
+        saying how many selected rows were left alone."""
+        action = self.get_action(request.POST.get("action", ""))
+        if action is not None and set(getattr(action[0], "allowed_permissions", ())) - {"view"}:
+            editable = scoped(queryset, request.user, account_field=self.account_field,
+                              editable=True)
+            selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+            if not request.POST.get("select_across") and selected:
+                left = len(selected) - editable.filter(pk__in=selected).count()
+                if left > 0:
+                    self.message_user(request, f"{left} selected left alone: your role in their "
+                                      "account is viewer (read only).", messages.WARNING)
+            queryset = editable
+        return super().response_action(request, queryset)
+
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         if db_field.related_model in ACCOUNT_FIELD:
-            kwargs["queryset"] = scoped_choices(db_field.related_model, request)
+            kwargs["queryset"] = scoped_choices(db_field.related_model, request, editable=True)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def formfield_for_manytomany(self, db_field, request, **kwargs):
         if db_field.related_model in ACCOUNT_FIELD:
-            kwargs["queryset"] = scoped_choices(db_field.related_model, request)
+            kwargs["queryset"] = scoped_choices(db_field.related_model, request, editable=True)
         return super().formfield_for_manytomany(db_field, request, **kwargs)
 
 

@@ -11,7 +11,7 @@ from growth.audience.addresses import parse_address
 from growth.job_ids import parse_job_id
 from growth.models import Campaign, Send
 from growth.operations.unknown_sends import Review, mark_delivered, retry_unknown
-from growth.tenancy import scoped
+from growth.tenancy import may_edit, scoped
 
 
 @admin.register(Send)
@@ -35,7 +35,7 @@ class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
 
     def has_review_permission(self, request):
         """May decide about 'unknown' rows (the actions below)."""
-        return request.user.has_perm("growth.change_send")
+        return request.user.has_perm("growth.change_send") and may_edit(request.user, None)
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()

@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from growth.audience.addresses import Address, parse_address
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula
 HEADER_NAMES = {"email", "e-mail", "email address", "email_address", "mail", "address"}
 _SEPARATORS = re.compile(r"[\s,;]+")
 
@@ -52,7 +53,7 @@ class AddressList:
     _first_line: dict[str, int] = field(default_factory=dict, repr=False)
 
     def add(self, line: int, raw: str) -> None:
-        value = raw.strip()
+        value = spreadsheet_value(raw.strip())
         if not value:
             self.invalid.append(Invalid(line, raw, "no address"))
             return
@@ -114,11 +115,28 @@ def read_csv(upload: BinaryIO) -> AddressList:
     return found
 
 
-def _dialect(text: str) -> type[csv.Dialect] | csv.Dialect:
+def spreadsheet_safe(text: str) -> str:
+    """Keep a cell (an address like ``=cmd|'/c calc'!a0@example.com`` is valid) from being run as
+    a formula when the file is opened in a spreadsheet: a leading quote makes it text."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def spreadsheet_value(cell: str) -> str:
+    """The inverse of ``spreadsheet_safe``: an export read back is the list it was."""
+    if cell.startswith("'") and cell[1:].startswith(FORMULA_STARTS):
+        return cell[1:]
+    return cell
+
+
+def _dialect(text: str) -> type[csv.Dialect]:
+    """Excel's dialect with the file's delimiter. Only the delimiter is sniffed: the sniffer
+    would take the quote that makes a formula-like cell text (``'=1+2@example.com``) for the
+    file's quote character."""
     try:
-        return csv.Sniffer().sniff(text[:4096], delimiters=",;\t")
+        delimiter = csv.Sniffer().sniff(text[:4096], delimiters=",;\t").delimiter
     except csv.Error:  # one column, or nothing to tell the delimiter by
         return csv.excel
+    return type("Sniffed", (csv.excel,), {"delimiter": delimiter})
 
 
 def _header_column(row: list[str]) -> int | None:

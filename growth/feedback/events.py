@@ -2,14 +2,14 @@
 
 A hard bounce, a complaint or an opt-out suppresses the address for the tenant whose message it
 was (a complaint or an opt-out also marks its subscriber rows unsubscribed); soft bounces and
-delays are only recorded (see ``growth.feedback.bounces``). Each event acts once: its row is inserted
-with ON CONFLICT DO NOTHING, and only the insert that created it goes on to suppress, in the same
+delays are only recorded (see ``growth.feedback.bounces``). Each event acts once: its row is
+inserted with ON CONFLICT DO NOTHING, and only the insert that created it goes on to suppress, in the same
 transaction.
 
-The tenant is found from, in order: the metadata's job id (the send row), the metadata's
-account id (and campaign id), the provider's message id (the send row). An event that names no
-known tenant, or no usable address, is logged and dropped: anymail answers 200 and the ESP does
-not post it again.
+The tenant is never taken from the payload: it is the account of the send the event names in
+our ledger (``attribute``). An event that names no send of ours, or contradicts the one it
+names, is recorded unattributed and suppresses nothing; one with no usable address is logged
+and dropped. Either way anymail answers 200 and the ESP does not post it again.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from django.db import InterfaceError, OperationalError, transaction
 from growth.audience.addresses import parse_address
 from growth.feedback.bounces import classify_event
 from growth.job_ids import parse_job_id, parse_message_id
-from growth.managers.feedback import Attribution
+from growth.managers.feedback import Attribution, SendRecord
 from growth.models import FeedbackEvent, Subscriber, Suppression
 
 logger = logging.getLogger("growth.feedback")  # one name for the webhooks and the events
@@ -37,7 +37,7 @@ _UNSUBSCRIBING = {Suppression.Reason.UNSUBSCRIBED, Suppression.Reason.COMPLAINED
 
 class Handled(StrEnum):
     IGNORED = "ignored"  # not feedback we keep (delivered, opened…)
-    UNATTRIBUTED = "unattributed"  # no known tenant
+    UNATTRIBUTED = "unattributed"  # recorded without a tenant: it names no send of ours
     BAD_ADDRESS = "bad_address"  # no usable recipient
     DUPLICATE = "duplicate"  # already recorded
     RECORDED = "recorded"  # recorded, nothing suppressed
@@ -66,60 +66,70 @@ def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Handled:
         return Handled.IGNORED
     email_lower = _email_lower(event.recipient)
     attribution = attribute(event, email_lower)
-    if attribution is None:
-        logger.warning("feedback event for no known tenant; dropped", extra=context)
-        return Handled.UNATTRIBUTED
-    email_lower = email_lower or attribution.email_lower
+    send = attribution.send
+    email_lower = email_lower or (send and send.email_lower)
     if email_lower is None:
         logger.warning("feedback event without a usable recipient; dropped", extra=context)
         return Handled.BAD_ADDRESS
+    suppress = verdict.suppress if send is not None else None
     with transaction.atomic():
         if not FeedbackEvent.objects.record(
                 esp=esp_name, event_id=event_key(esp_name, event, email_lower),
                 event_type=verdict.event_type, reject_reason=verdict.reject_reason,
                 email_lower=email_lower, attribution=attribution,
-                suppressed=verdict.suppress is not None, description=_text(event.description),
+                suppressed=suppress is not None, description=_text(event.description),
                 mta_response=_text(event.mta_response), occurred_at=event.timestamp):
             logger.info("feedback event already recorded", extra=context)
             return Handled.DUPLICATE
-        if verdict.suppress is None:
+        if send is None:
+            logger.warning("feedback event not attributed (%s); recorded, nothing suppressed",
+                           attribution.unattributed_because, extra=context)
+            return Handled.UNATTRIBUTED
+        if suppress is None:
             logger.info("feedback event recorded", extra=context)
             return Handled.RECORDED
-        Suppression.objects.suppress(account_id=attribution.account_id, email_lower=email_lower,
-                                     reason=verdict.suppress, campaign_id=attribution.campaign_id)
-        if verdict.suppress in _UNSUBSCRIBING:
-            Subscriber.objects.unsubscribe_address(account_id=attribution.account_id,
+        Suppression.objects.suppress(account_id=send.account_id, email_lower=email_lower,
+                                     reason=suppress, campaign_id=send.campaign_id)
+        if suppress in _UNSUBSCRIBING:
+            Subscriber.objects.unsubscribe_address(account_id=send.account_id,
                                                    email_lower=email_lower)
     logger.info("feedback event suppressed the address",
-                extra={**context, "account_id": attribution.account_id, "reason": verdict.suppress})
+                extra={**context, "account_id": send.account_id, "reason": suppress})
     return Handled.SUPPRESSED
 
 
-def attribute(event: AnymailTrackingEvent, email_lower: str | None) -> Attribution | None:
-    """Return the tenant (and campaign, send) the event is about, or None."""
+def attribute(event: AnymailTrackingEvent, email_lower: str | None) -> Attribution:
+    """Find the send the event is about in our own ledger; its tenant is the send's account.
+
+    The payload names the send by the provider's message id, our Message-ID or the job id in
+    the metadata we attached; whatever else the payload says (metadata's account and campaign,
+    the recipient) may only agree with that send. An event that names none, names two, or
+    contradicts the one it names is not attributed, and so suppresses nothing anywhere.
+    """
     metadata = event.metadata if isinstance(event.metadata, dict) else {}
-    job_id = metadata.get("job_id")
-    job = parse_job_id(job_id) if isinstance(job_id, str) else None
-    if job is not None:
-        found = FeedbackEvent.objects.send_by_job(job)
-        if found is not None:
-            return found
-    account_id = _id(metadata.get("account_id"))
-    if account_id is not None:
-        found = FeedbackEvent.objects.tenant(account_id=account_id,
-                                             campaign_id=_id(metadata.get("campaign_id")),
-                                             email_lower=email_lower)
-        if found is not None:
-            return found
+    found: dict[int, SendRecord] = {}
     message_id = str(event.message_id or "").strip()
     if message_id:
         ours = parse_message_id(message_id)
-        if ours:  # sent with our own Message-ID (SMTP, or an ESP that keeps it)
-            found = FeedbackEvent.objects.send_by_job(ours)
-            if found is not None:
-                return found
-        return FeedbackEvent.objects.send_by_provider_id(message_id=message_id[:255])
-    return None
+        send = (FeedbackEvent.objects.send_by_job(ours) if ours
+                else FeedbackEvent.objects.send_by_provider_id(message_id=message_id[:255]))
+        if send is not None:
+            found[send.send_id] = send
+    job_id = metadata.get("job_id")
+    job = parse_job_id(job_id) if isinstance(job_id, str) else None
+    if job is not None and (send := FeedbackEvent.objects.send_by_job(job)) is not None:
+        found[send.send_id] = send
+    if not found:
+        return Attribution(None, "it names no send of ours")
+    if len(found) > 1:
+        return Attribution(None, "its message id and its metadata name different sends")
+    (send,) = found.values()
+    for key, ours in (("account_id", send.account_id), ("campaign_id", send.campaign_id)):
+        if key in metadata and _id(metadata[key]) != ours:
+            return Attribution(None, f"its metadata's {key} is not the send's")
+    if email_lower is not None and email_lower != send.email_lower:
+        return Attribution(None, "its recipient is not the send's address")
+    return Attribution(send)
 
 
 def event_key(esp_name: str, event: AnymailTrackingEvent, email_lower: str) -> str:

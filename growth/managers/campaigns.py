@@ -34,8 +34,10 @@ class CampaignManager(models.Manager):
         """Move every due approved campaign to sending; return the ids this call moved."""
         return QUERIES.column("start_due")
 
-    def pause(self, *, campaign_id: int) -> bool:
-        return bool(QUERIES.rows("pause", campaign_id=campaign_id))
+    def pause(self, *, campaign_id: int, reason: str = "") -> bool:
+        """Move sending -> paused; ``reason``: why the engine could not send it (empty when an
+        operator pauses)."""
+        return bool(QUERIES.rows("pause", campaign_id=campaign_id, reason=reason))
 
     def resume(self, *, campaign_id: int) -> bool:
         return bool(QUERIES.rows("resume", campaign_id=campaign_id))

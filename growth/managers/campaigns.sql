@@ -20,15 +20,17 @@ UPDATE growth_campaigns
 RETURNING id;
 
 -- pause --
+-- sending -> paused, by an operator, or by the engine with the reason the campaign cannot be sent
+-- as it is (its sender, its templates, its transport): one tenant's campaign stops, not the worker
 UPDATE growth_campaigns
-   SET status = 'paused', updated_at = now()
+   SET status = 'paused', pause_reason = %(reason)s, updated_at = now()
  WHERE id = %(campaign_id)s
    AND status = 'sending'
 RETURNING id;
 
 -- resume --
 UPDATE growth_campaigns
-   SET status = 'sending', updated_at = now()
+   SET status = 'sending', pause_reason = '', updated_at = now()
  WHERE id = %(campaign_id)s
    AND status = 'paused'
 RETURNING id;

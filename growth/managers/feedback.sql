@@ -14,23 +14,28 @@ SELECT id AS send_id, account_id, campaign_id, email_lower
  WHERE provider_message_id = %(message_id)s AND provider_message_id <> ''
  LIMIT 2;
 
--- tenant --
--- The account an event's metadata names; its campaign only if it is that account's, and that
--- campaign's send to the address if there is one.
-SELECT a.id AS account_id, c.id AS campaign_id, s.id AS send_id
-  FROM growth_accounts a
-  LEFT JOIN growth_campaigns c ON c.id = %(campaign_id)s AND c.account_id = a.id
-  LEFT JOIN growth_sends s ON s.campaign_id = c.id AND s.email_lower = %(email_lower)s
- WHERE a.id = %(account_id)s;
-
 -- record --
 -- Returns the new row's id, or nothing when the ESP already told us (a webhook posted again):
 -- only the call that inserted the row may act on the event.
 INSERT INTO growth_feedback_events (esp, event_id, event_type, reject_reason, email_lower,
-                                    account_id, campaign_id, send_id, suppressed, description,
-                                    mta_response, occurred_at)
+                                    account_id, campaign_id, send_id, unattributed_because,
+                                    suppressed, description, mta_response, occurred_at)
 VALUES (%(esp)s, %(event_id)s, %(event_type)s, %(reject_reason)s, %(email_lower)s,
-        %(account_id)s, %(campaign_id)s, %(send_id)s, %(suppressed)s, %(description)s,
-        %(mta_response)s, %(occurred_at)s)
+        %(account_id)s, %(campaign_id)s, %(send_id)s, %(unattributed_because)s,
+        %(suppressed)s, %(description)s, %(mta_response)s, %(occurred_at)s)
 ON CONFLICT (esp, event_id, email_lower) DO NOTHING
 RETURNING id;
+
+-- use_token --
+-- A webhook signature's one-time token: first_use, or the body it was first used with (NULL
+-- while a concurrent first use is not committed yet). Mailgun's documentation: a token already
+-- used means a replayed signature.
+WITH inserted AS (
+    INSERT INTO growth_webhook_tokens (esp, token, body_sha256)
+    VALUES (%(esp)s, %(token)s, %(body_sha256)s)
+    ON CONFLICT (esp, token) DO NOTHING
+    RETURNING body_sha256
+)
+SELECT EXISTS (SELECT 1 FROM inserted) AS first_use,
+       (SELECT t.body_sha256 FROM growth_webhook_tokens t
+         WHERE t.esp = %(esp)s AND t.token = %(token)s) AS first_body_sha256;

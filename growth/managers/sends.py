@@ -123,6 +123,14 @@ class SendManager(models.Manager):
             backoff_base=backoff_base, backoff_max=backoff_max, wait_for_flush=False)
         return {row["id"]: row["status"] for row in rows}
 
+    def release(self, send_ids: Sequence[int], *, campaign_id: int, worker_id: str,
+                idempotent: bool) -> list[int]:
+        """Queue again, attempt not counted, the campaign's rows of ours that never went out;
+        return them. Rows handed over to a plain receiver stay to lease expiry: they may have
+        been sent."""
+        return QUERIES.column("release", ids=list(send_ids), campaign_id=campaign_id,
+                              worker_id=worker_id, idempotent=idempotent)
+
     def recover_expired(self, *, idempotent: bool, max_attempts: int) -> list[Recovered]:
         """Release rows whose lease expired; return what became of each."""
         rows = QUERIES.rows("recover_expired", idempotent=idempotent, max_attempts=max_attempts,

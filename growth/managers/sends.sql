@@ -141,7 +141,8 @@ UPDATE growth_sends s
            WHEN r.outcome = 'transient' AND s.attempts < %(max_attempts)s THEN 'queued'
            ELSE 'failed' END,
        sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
-       provider_message_id = CASE WHEN r.outcome = 'sent' THEN r.provider_message_id
+       -- a provider's id longer than the column must not fail the whole batch's settle
+       provider_message_id = CASE WHEN r.outcome = 'sent' THEN left(r.provider_message_id, 255)
                                   ELSE s.provider_message_id END,
        last_error = r.error,
        -- exponential backoff with +-10%% jitter, capped
@@ -183,6 +184,26 @@ UPDATE growth_sends s
   FROM expired e
  WHERE s.id = e.id
 RETURNING s.id, s.campaign_id, s.status;
+
+-- release --
+-- Give back rows this worker claimed but will not send: its campaign cannot be sent as it is
+-- (the engine paused it). Only rows that never went out: not handed over, or handed over to a
+-- receiver that absorbs a resend. Their attempt does not count. The campaign row is locked first,
+-- as cancel locks it: a cancel committed meanwhile is seen, and its rows end cancelled, not queued.
+WITH campaign AS (
+    SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE
+)
+UPDATE growth_sends s
+   SET status = CASE WHEN (SELECT status FROM campaign) = 'cancelled' THEN 'cancelled'
+                     ELSE 'queued' END,
+       attempts = attempts - 1, lease_expires_at = NULL, handed_over_at = NULL,
+       claimed_by = '', updated_at = now()
+ WHERE id = ANY(%(ids)s)
+   AND campaign_id = %(campaign_id)s
+   AND status = 'sending'
+   AND claimed_by = %(worker_id)s
+   AND (handed_over_at IS NULL OR %(idempotent)s)
+RETURNING id;
 
 -- lock_campaigns_of_unknown --
 -- An operator's retry, step 1: lock (in id order: no deadlock between two operators) the

@@ -63,8 +63,7 @@ def send_test_message(*, campaign_id: int, to: str) -> None:
     # A key of its own, never a campaign row's: a receiver that de-duplicates must not mistake
     # a test for the real message (or the real message for a test it already has).
     key = f"test:{campaign.id}:{uuid.uuid4().hex}"
-    message = _render(campaign, to, key=key)
-    message.subject = TEST_PREFIX + message.subject
+    message = _render(campaign, to, key=key, subject_prefix=TEST_PREFIX)
     transport = get_transport()
     try:  # send_bulk connects itself and turns a server that is down into an outcome
         (outcome,) = transport.send_bulk([Delivery(send_id=0, job_id=key, message=message)])
@@ -74,12 +73,16 @@ def send_test_message(*, campaign_id: int, to: str) -> None:
         raise SendTestFailed(outcome.error or "the transport did not accept the message")
 
 
-def _render(campaign: Campaign, to: str, *, key: str) -> EmailMultiAlternatives:
+def _render(campaign: Campaign, to: str, *, key: str,
+            subject_prefix: str = "") -> EmailMultiAlternatives:
     check_content(subject=campaign.subject, body_text=campaign.body_text,
                   body_html=campaign.body_html)
-    renderer = CampaignRenderer(CampaignContent.of(campaign))
     try:
-        return renderer.render(job_id=key, email=to, subscriber_id=NO_SUBSCRIBER)
+        renderer = CampaignRenderer(CampaignContent.of(campaign))
+        return renderer.render(job_id=key, email=to, subscriber_id=NO_SUBSCRIBER,
+                               subject_prefix=subject_prefix)
+    except ValidationError as exc:  # the sender, e.g. an account's name with a line break
+        raise ValidationError(f"The campaign cannot be rendered: {' '.join(exc.messages)}") from exc
     except Exception as exc:  # e.g. a subject that renders to two lines, a failing filter
         raise ValidationError(f"The campaign cannot be rendered: {exc}") from exc
 

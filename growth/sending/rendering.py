@@ -14,7 +14,6 @@ import html as html_lib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from email.utils import formataddr
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -22,6 +21,7 @@ from django.template import Context, Engine, TemplateSyntaxError
 
 from growth.job_ids import message_id
 from growth.sending.mime import MessageLayout, OutgoingEmail
+from growth.sending.sender import from_header
 from growth.sending.unsubscribe import LinkMaker
 
 # Subjects and text bodies are not HTML: escaping them would mangle "O'Brien". (Autoescaping
@@ -72,26 +72,31 @@ def check_content(*, subject: str, body_text: str, body_html: str) -> None:
 
 
 class CampaignRenderer:
-    """Render one campaign's messages; build once per campaign, call ``render`` per recipient."""
+    """Render one campaign's messages; build once per campaign, call ``render`` per recipient.
+
+    Building it checks what is the same for every recipient (the sender, the templates): it
+    raises ValidationError or TemplateSyntaxError for a campaign that cannot be sent at all.
+    """
 
     def __init__(self, content: CampaignContent, *, links: LinkMaker | None = None,
                  message_id_domain: str | None = None) -> None:
         self.content = content
         self._links = links or LinkMaker()
         self._domain = message_id_domain or settings.MESSAGE_ID_DOMAIN
-        self._from = formataddr((content.from_name, content.from_email))
+        self._from = from_header(name=content.from_name, address=content.from_email)
         self._subject = _compile(content.subject, html=False)
         self._text = _compile(_with_footer(content.body_text, TEXT_FOOTER), html=False)
         self._html = (_compile(_with_footer(content.body_html, HTML_FOOTER), html=True)
                       if content.body_html.strip() else None)
         self._layout = MessageLayout(from_header=self._from, has_html=self._html is not None)
 
-    def render(self, *, job_id: str, email: str, subscriber_id: int) -> OutgoingEmail:
+    def render(self, *, job_id: str, email: str, subscriber_id: int,
+               subject_prefix: str = "") -> OutgoingEmail:
         unsubscribe_url = self._links.url(account_id=self.content.account_id,
                                           subscriber_id=subscriber_id,
                                           campaign_id=self.content.id)
         values = {"email": email, "unsubscribe_url": unsubscribe_url}
-        subject = self._subject(values).strip()
+        subject = subject_prefix + self._subject(values).strip()
         if "\n" in subject or "\r" in subject:
             raise ValueError("the rendered subject has a line break")
         text = self._text(values)

@@ -33,6 +33,7 @@ from typing import TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
+from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
 from growth.managers.sends import Claimed
 from growth.models import Campaign, RateLimit, Send
@@ -55,6 +56,7 @@ DB_RETRY_FIRST = 0.5  # seconds before the first reconnection attempt; doubles e
 DB_RETRY_MAX = 30.0  # seconds
 HOUSEKEEPING_EVERY = 1.0  # seconds, while full batches keep coming
 RENDERERS_KEPT = 32  # campaigns whose compiled templates a worker keeps
+SAMPLE_RECIPIENT = "sample.recipient@example.com"  # a renderer's trial run, never sent
 
 T = TypeVar("T")
 
@@ -171,8 +173,13 @@ class Worker:
             self._recover()
         batch = self._claim()
         if batch is not None:
-            for outcomes in self._deliver(batch):
-                self._settle(batch, outcomes)
+            try:
+                for outcomes in self._deliver(batch):
+                    self._settle(batch, outcomes)
+            except (OperationalError, InterfaceError):
+                raise  # the database, not the campaign: _retrying_db waits for it
+            except Exception as exc:  # this campaign cannot be sent as it is: it alone stops
+                self._contain(batch, exc)
             self._settler.submit(lambda: batch.tally.log(self.worker_id))
         self._was_full = batch is not None and batch.full
         if not self._was_full:  # while full batches come, no campaign can be finished yet
@@ -245,6 +252,20 @@ class Worker:
         if outcomes:
             self._settler.submit(lambda: batch.tally.add(self._record(outcomes)))
 
+    def _contain(self, batch: Batch, exc: Exception) -> None:
+        """Pause the batch's campaign with the reason, and give back its rows that never went
+        out, their attempt not counted. Whatever a tenant typed (a sender, a template) then
+        stops its own campaign, never the worker nor anyone else's campaign."""
+        reason = f"{type(exc).__name__}: {exc}"[:1000]
+        logger.error("campaign %s paused: it cannot be sent as it is (%s)", batch.campaign_id,
+                     reason, exc_info=exc,
+                     extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
+        self._renderers.pop(batch.campaign_id, None)
+        self._settler.drain()  # outcomes already in hand are recorded first
+        Campaign.objects.pause(campaign_id=batch.campaign_id, reason=reason)
+        Send.objects.release([row.id for row in batch.rows], campaign_id=batch.campaign_id,
+                             worker_id=self.worker_id, idempotent=self.idempotent)
+
     def _finish(self) -> None:
         self._settler.drain()  # finish judges by settled rows
         for campaign_id in Campaign.objects.finish():
@@ -299,6 +320,8 @@ class Worker:
         return deliveries, unrenderable
 
     def _renderer(self, campaign_id: int) -> CampaignRenderer:
+        """The campaign's renderer, built and tried once on a sample recipient: what fails
+        here fails for every recipient, and is the campaign's problem, not a row's."""
         renderer = self._renderers.get(campaign_id)
         if renderer is None:
             if len(self._renderers) >= RENDERERS_KEPT:
@@ -306,6 +329,7 @@ class Worker:
             campaign = Campaign.objects.select_related("account").get(id=campaign_id)
             self._links = self._links or LinkMaker()
             renderer = CampaignRenderer(CampaignContent.of(campaign), links=self._links)
+            renderer.render(job_id=job_id(campaign_id, 0), email=SAMPLE_RECIPIENT, subscriber_id=0)
             self._renderers[campaign_id] = renderer
         return renderer
 

@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from growth.audience.address_files import UnreadableFile, read_csv, read_text
+from growth.audience.address_files import UnreadableFile, read_csv, read_text, spreadsheet_safe
 from growth.audience.imports import import_suppressions
 from growth.audience.opt_outs import lookup_address, remove_suppression
 from growth.models import Membership, Subscriber, Suppression
@@ -37,7 +37,8 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_GET
 @member_view()
 def suppression_list(request: HttpRequest, member: Membership) -> HttpResponse:
-    query = request.GET.get("q", "").strip()
+    # typed by anyone: PostgreSQL refuses NUL in text, and no address is longer than 320
+    query = request.GET.get("q", "").replace("\x00", "").strip()[:320]
     reason = request.GET.get("reason", "")
     suppressions = (Suppression.objects.filter(account=member.account).select_related("campaign")
                     .order_by("-created_at", "-id"))
@@ -116,8 +117,9 @@ def suppression_export(request: HttpRequest, member: Membership) -> StreamingHtt
     def lines():
         yield writer.writerow(["email", "reason", "suppressed_at", "campaign"])
         for email, reason, created_at, campaign in rows:
-            yield writer.writerow([email, reason, created_at.astimezone(UTC).isoformat(),
-                                   _spreadsheet_safe(campaign or "")])
+            yield writer.writerow([spreadsheet_safe(email), reason,
+                                   created_at.astimezone(UTC).isoformat(),
+                                   spreadsheet_safe(campaign or "")])
 
     filename = f"{member.account.slug}-suppressions-{timezone.now():%Y%m%d}.csv"
     return StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8", headers={
@@ -158,11 +160,6 @@ def _names(addresses: list[str]) -> str:
     shown = ", ".join(addresses[:SHOWN_IN_MESSAGES])
     more = len(addresses) - SHOWN_IN_MESSAGES
     return f"{shown} and {more} more" if more > 0 else shown
-
-
-def _spreadsheet_safe(text: str) -> str:
-    """Keep a campaign name from being run as a formula when the file is opened in a spreadsheet."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 class _Echo:

@@ -1,0 +1,29 @@
+"""Admin widgets that hold up against whatever is posted."""
+
+from __future__ import annotations
+
+from django.contrib.admin.widgets import AutocompleteSelect
+from django.core.exceptions import ValidationError
+
+
+class TolerantAutocompleteSelect(AutocompleteSelect):
+    """Django's autocomplete select, re-rendering a form whose posted value is not an id: Django
+    5.2 filters the choices by it and answers 500; here the field shows nothing selected and the
+    form its "Select a valid choice" error."""
+
+    def optgroups(self, name, value, attr=None):
+        try:
+            return super().optgroups(name, value, attr)
+        except (ValueError, TypeError, ValidationError):
+            return super().optgroups(name, [], attr)
+
+
+class TolerantAutocomplete:
+    """For a ModelAdmin or an inline with ``autocomplete_fields``."""
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name in self.get_autocomplete_fields(request) and "widget" not in kwargs:
+            kwargs["widget"] = TolerantAutocompleteSelect(db_field, self.admin_site,
+                                                          using=kwargs.get("using"))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+

@@ -1,0 +1,72 @@
+"""A membership's role means the same in the admin as in /app/: an editor changes the account's
+data, a viewer reads it, whatever Django model permissions the user holds."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from growth.models import Campaign, Segment, Suppression
+from tests.factories import CampaignFactory, SegmentFactory
+from tests.helpers import texts
+from tests.scenarios import operator, sending_campaign
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def viewer(client, tenant, other_tenant):
+    """Editor of other_tenant, viewer of tenant, with every model permission."""
+    user = operator(other_tenant, viewer_of=(tenant,))
+    client.force_login(user)
+    return user
+
+
+def test_a_viewer_sees_the_campaign_page_read_only_and_cannot_post_it(client, viewer, tenant):
+    campaign = CampaignFactory(account=tenant, name="Theirs")
+    url = reverse("admin:growth_campaign_change", args=[campaign.pk])
+
+    page = client.get(url)
+    assert page.status_code == 200
+    assert 'name="_save"' not in page.content.decode()
+    response = client.post(url, {"name": "Renamed", "version": campaign.updated_at.isoformat()})
+    assert response.status_code == 403
+    campaign.refresh_from_db()
+    assert campaign.name == "Theirs"
+
+
+def test_actions_leave_the_viewers_rows_alone_and_say_so(client, viewer, tenant, other_tenant):
+    theirs = sending_campaign(count=2, account=tenant)
+    mine = sending_campaign(count=2, account=other_tenant)
+
+    response = client.post(reverse("admin:growth_campaign_changelist"),
+                           {"action": "pause", "_selected_action": [theirs.pk, mine.pk]},
+                           follow=True)
+
+    said = texts(response)
+    assert "1 selected left alone: your role in their account is viewer (read only)." in said
+    assert Campaign.objects.get(pk=mine.pk).status == "paused"
+    assert Campaign.objects.get(pk=theirs.pk).status == "sending"
+
+
+def test_forms_offer_only_the_accounts_the_user_may_change(client, viewer, tenant, other_tenant):
+    body = client.get(reverse("admin:growth_campaign_add")).content.decode()
+    assert f'value="{other_tenant.pk}"' in body
+    assert f'value="{tenant.pk}"' not in body
+
+
+def test_a_viewer_cannot_add_to_or_delete_from_a_viewed_account(client, viewer, tenant):
+    segment = SegmentFactory(account=tenant)
+    response = client.post(reverse("admin:growth_suppression_add"),
+                           {"account": tenant.pk, "email_lower": "x@example.com", "reason": "manual"})
+    assert response.status_code == 200 and not Suppression.objects.exists()  # not a valid choice
+    delete = client.post(reverse("admin:growth_segment_delete", args=[segment.pk]), {"post": "yes"})
+    assert delete.status_code == 403
+    assert Segment.objects.filter(pk=segment.pk).exists()
+
+
+def test_a_user_who_is_only_a_viewer_anywhere_gets_no_add_button_and_no_import(client, tenant):
+    client.force_login(operator(viewer_of=(tenant,)))
+    assert client.get(reverse("admin:growth_campaign_add")).status_code == 403
+    assert client.get(reverse("admin:growth_subscriber_import")).status_code == 403
+    assert client.get(reverse("admin:growth_campaign_changelist")).status_code == 200
