@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 OUTBOX := $(CURDIR)/.data/outbox
 
-.PHONY: install demo test test-pg chaos bench lint run stop-db clean
+.PHONY: install demo test test-pg chaos bench lint run serve stop-db clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is needed (set PYTHON=...)")'
@@ -52,6 +52,10 @@ bench: $(BENCH_STAMP)
 
 lint: install
 	$(PY) -m ruff check .
+
+## serve: the admin, /app/ and the unsubscribe page under gunicorn (DEBUG off) on 127.0.0.1:8000
+serve: install
+	$(PY) manage.py serve --migrate
 
 ## run: the worker, as in production (Ctrl-C finishes the batch in hand, then exits)
 run: install

@@ -21,6 +21,7 @@ from growth.managers.limits import RateLimitManager
 from growth.managers.sends import SendManager
 from growth.managers.subscribers import SubscriberManager
 from growth.managers.suppressions import SuppressionManager
+from growth.managers.workers import HeartbeatManager
 from growth.sending.sender import MAX_DISPLAY_NAME, validate_display_name, validate_sender_address
 
 
@@ -374,3 +375,28 @@ class WebhookToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.esp} {self.token}"
+
+
+class WorkerHeartbeat(models.Model):
+    """A ``run_sender`` process, as it last said it was alive: one row per worker id, written
+    every few seconds by the worker itself. A worker whose beat is late holds its rows until
+    their leases end; the admin shows which."""
+
+    worker_id = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    receiver = models.CharField(max_length=16, help_text="plain or idempotent")
+    batch_size = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    seen_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    objects = HeartbeatManager()
+
+    class Meta:
+        db_table = "growth_workers"
+        ordering = ["-seen_at"]
+        verbose_name = "worker"
+
+    def __str__(self) -> str:
+        return self.worker_id

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, from the WSGI server itself
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -88,6 +89,13 @@ DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"] or "")
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Lets two test runs share one server (e.g. the embedded one) without sharing a test database.
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default=None)}
+# Behind PgBouncer in transaction pooling: a server session is not ours from one transaction to
+# the next. No prepared statements (client-side binding is Django's default; this says so), no
+# server-side cursors. Nothing else in the engine relies on session state (see the README).
+DATABASE_POOL_MODE = env.str("DATABASE_POOL_MODE", default="session")
+if DATABASE_POOL_MODE == "transaction":
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
@@ -135,12 +143,48 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".data" / "static"
+STATIC_ROOT = env.path("STATIC_ROOT", default=DATA_DIR / "static")
+Path(STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every start without it
+# WhiteNoise serves them from gunicorn: compressed once `collectstatic` ran (`manage.py serve`
+# runs it), straight from the apps otherwise. No hashed names: a page never depends on a
+# manifest that a deployment forgot to build.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
 
+# Production: behind HTTPS, every cookie secure and HTTP redirected; HSTS when you are sure.
+SECURE_COOKIES = env.bool("SECURE_COOKIES", default=SITE_URL.startswith("https://"))
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_COOKIES
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+if env.bool("BEHIND_TLS_PROXY", default=False):  # the proxy sets X-Forwarded-Proto
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)  # opt-in: 31536000 is a year
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+# /metrics of the web app: with a token, for whoever sends it as a Bearer; without, loopback only.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+
+# LOG_FORMAT=json: one JSON object per line, with the same fields as the text format and the
+# records' extras (campaign_id, worker_id, counts), from every process (gunicorn's included).
+LOG_FORMAT = env.str("LOG_FORMAT", default="text")
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOG_FIELDS = "%(asctime)s %(levelname)s %(name)s %(message)s"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"growth": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")}},
+    "formatters": {
+        "text": {"format": LOG_FIELDS},
+        "json": {"()": "pythonjsonlogger.json.JsonFormatter", "fmt": LOG_FIELDS,
+                 "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"}},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler",
+                             "formatter": "json" if LOG_FORMAT == "json" else "text"}},
+    "loggers": {"growth": {"handlers": ["console"], "level": LOG_LEVEL},
+                "django": {"handlers": ["console"], "level": "WARNING"}},
 }

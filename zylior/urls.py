@@ -2,8 +2,12 @@ from django.contrib import admin
 from django.urls import include, path
 
 from growth.feedback.webhooks import MailgunTrackingView
+from growth.observability import health
 
 urlpatterns = [
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     # ESP feedback: /anymail/<esp>/tracking/, behind ANYMAIL's WEBHOOK_SECRET (see README)
     # Mailgun's before anymail's own: the same view, refusing a replayed signature

@@ -18,6 +18,7 @@ from growth.audience.addresses import parse_address
 from growth.chaos.chart import draw
 from growth.chaos.fleet import Event, Fleet, database_url
 from growth.chaos.optouts import OptOutDriver, PublicSite
+from growth.chaos.pgbouncer import PgBouncer
 from growth.chaos.receiver import ChaosReceiver, Misbehaviour
 from growth.chaos.report import ChaosReport, audit
 from growth.job_ids import job_id
@@ -47,6 +48,7 @@ class ChaosConfig:
     chart: bool = True
     seed: int = 7
     timeout: float = 1800.0  # seconds
+    pgbouncer: bool = False  # the workers reach PostgreSQL through PgBouncer, transaction pooling
 
     @property
     def mode(self) -> str:
@@ -60,7 +62,8 @@ def run(config: ChaosConfig) -> ChaosReport:
                              dedup=config.idempotent, faults=config.faults, seed=config.seed).start()
     site = PublicSite().start()
     optouts = OptOutDriver(campaign_id, site=site, seed=config.seed)
-    fleet = Fleet(config.workers, env=_worker_env(config, receiver), log_dir=config.out_dir,
+    bouncer = PgBouncer() if config.pgbouncer else None
+    fleet = Fleet(config.workers, env=_worker_env(config, receiver, bouncer), log_dir=config.out_dir,
                   args=["--batch-size", str(config.batch_size), "--lease", str(config.lease),
                         "--tick", "0.2"], seed=config.seed)
     events: list[Event] = []
@@ -72,6 +75,8 @@ def run(config: ChaosConfig) -> ChaosReport:
         fleet.stop()
         site.stop()
         receiver.stop()
+        if bouncer is not None:
+            bouncer.stop()
     wall_time = time.time() - started
     connections.close_all()
     report = audit(mode=config.mode, campaign_id=campaign_id, expected_keys=expected_keys,
@@ -138,9 +143,12 @@ def _restart_database(config: ChaosConfig, events: list[Event]) -> None:
                      args=(settings.DATA_DIR, config.database_down_for), daemon=True).start()
 
 
-def _worker_env(config: ChaosConfig, receiver: ChaosReceiver) -> dict[str, str]:
+def _worker_env(config: ChaosConfig, receiver: ChaosReceiver,
+                bouncer: PgBouncer | None) -> dict[str, str]:
+    through = {"DATABASE_URL": bouncer.database_url(), "DATABASE_POOL_MODE": "transaction"} \
+        if bouncer is not None else {"DATABASE_URL": database_url(connection.settings_dict)}
     return {
-        "DATABASE_URL": database_url(connection.settings_dict),
+        **through,
         "EMAIL_URL": receiver.url,
         "SENDER_IDEMPOTENT_TRANSPORT": "true" if config.idempotent else "false",
         "SENDER_BACKOFF_BASE": "0.2",

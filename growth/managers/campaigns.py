@@ -23,6 +23,12 @@ class Sending(FromRow):
     rate_limit_id: int | None  # its tenant's bucket, if the tenant has one
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    campaigns: dict[str, int]  # status -> campaigns
+    sending_rows: dict[str, int]  # status -> send rows of the campaigns now sending
+
+
 class CampaignManager(models.Manager):
     """Compare-and-set transitions of growth_campaigns (see campaigns.sql)."""
 
@@ -92,3 +98,9 @@ class CampaignManager(models.Manager):
         for row in QUERIES.rows("progress", campaign_ids=list(campaign_ids)):
             counts[row["campaign_id"]][row["status"]] = row["sends"]
         return dict(counts)
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        counted: dict[str, dict[str, int]] = {"campaigns": {}, "sending_rows": {}}
+        for row in QUERIES.rows("metrics"):
+            counted[row["counted"]][row["status"]] = row["n"]
+        return MetricsSnapshot(**counted)

@@ -169,3 +169,15 @@ SELECT count(*) AS subscriber_rows,
                             AND x.email_lower = members.email_lower)) AS suppressed,
        count(DISTINCT email_lower) FILTER (WHERE status <> 'confirmed') AS not_confirmed_rows
   FROM members;
+
+-- metrics --
+-- for Prometheus: campaigns by status, and the rows of the sending campaigns by status, in one
+-- statement; the rows are counted through (campaign_id, status, sent_at), sending campaigns only
+SELECT 'campaigns' AS counted, status, count(*) AS n
+  FROM growth_campaigns
+ GROUP BY status
+ UNION ALL
+SELECT 'sending_rows', s.status, count(*)
+  FROM growth_sends s
+ WHERE s.campaign_id IN (SELECT id FROM growth_campaigns WHERE status = 'sending')
+ GROUP BY s.status;

@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from django.conf import settings
@@ -36,7 +37,8 @@ from django.db import InterfaceError, OperationalError, connection
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
 from growth.managers.sends import Claimed
-from growth.models import Campaign, RateLimit, Send
+from growth.models import Campaign, RateLimit, Send, WorkerHeartbeat
+from growth.observability import metrics
 from growth.sending.rendering import CampaignContent, CampaignRenderer
 from growth.sending.settler import InlineSettler, Settler
 from growth.sending.transports import (
@@ -55,6 +57,7 @@ MIN_WAIT = 0.05  # seconds: never spin
 DB_RETRY_FIRST = 0.5  # seconds before the first reconnection attempt; doubles each time
 DB_RETRY_MAX = 30.0  # seconds
 HOUSEKEEPING_EVERY = 1.0  # seconds, while full batches keep coming
+HEARTBEAT_EVERY = 5.0  # seconds between "alive" rows; the admin calls a worker dead after 3 missed
 RENDERERS_KEPT = 32  # campaigns whose compiled templates a worker keeps
 SAMPLE_RECIPIENT = "sample.recipient@example.com"  # a renderer's trial run, never sent
 
@@ -81,17 +84,25 @@ class Tally:
         with self._lock:
             self.counts.update(settled.values())
 
-    def log(self, worker_id: str) -> None:
-        counts = self.counts
+    def report(self, worker_id: str, transport: str) -> None:
+        """Log the batch's line and count its rows in the worker's metrics."""
+        counts = {"sent": self.counts["sent"], "retry": self.counts["queued"],
+                  "failed": self.counts["failed"],
+                  "suppressed": self.counts["suppressed"] + self.claimed - self.to_send,
+                  "cancelled": self.counts["cancelled"],
+                  "left to lease expiry": self.to_send - sum(self.counts.values())}
         elapsed = max(time.monotonic() - self.started, 1e-6)
         logger.info(
             "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, "
             "left to lease expiry %d (%.0f/s)",
-            self.campaign_id, self.claimed, counts["sent"], counts["queued"], counts["failed"],
-            counts["suppressed"] + self.claimed - self.to_send,
-            self.to_send - sum(counts.values()), self.claimed / elapsed,
-            extra={"campaign_id": self.campaign_id, "worker_id": worker_id},
+            self.campaign_id, self.claimed, counts["sent"], counts["retry"], counts["failed"],
+            counts["suppressed"], counts["left to lease expiry"], self.claimed / elapsed,
+            extra={"campaign_id": self.campaign_id, "worker_id": worker_id,
+                   "claimed": self.claimed, **{k.replace(" ", "_"): n for k, n in counts.items()}},
         )
+        for outcome, n in counts.items():
+            if n:
+                metrics.MESSAGES.labels(outcome=outcome, transport=transport).inc(n)
 
 
 @dataclass
@@ -113,7 +124,8 @@ class Worker:
     def __init__(self, *, worker_id: str | None = None, batch_size: int = 20,
                  tick: float = 60.0, lease: float | None = None,
                  transport: BaseTransport | None = None, until_idle: bool = False,
-                 once: bool = False, max_attempts: int | None = None) -> None:
+                 once: bool = False, max_attempts: int | None = None,
+                 heartbeat_file: Path | None = None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.worker_id = worker_id or default_worker_id()
@@ -135,6 +147,8 @@ class Worker:
         self._was_full = False
         self._housekept_at = 0.0
         self._settler: Settler | InlineSettler = InlineSettler()  # a lone cycle() settles as it goes
+        self._heartbeat_file = heartbeat_file
+        self._beat_at = -HEARTBEAT_EVERY
 
     def stop(self) -> None:
         """Ask the loop to exit after the batch in hand (safe from a signal handler)."""
@@ -150,11 +164,14 @@ class Worker:
             self._settler.close()  # what went out is settled before we go
             self._settler = InlineSettler()
             self.transport.close()
+            self._retrying_db(lambda: WorkerHeartbeat.objects.stopped(worker_id=self.worker_id),
+                              deadline=time.monotonic() + DB_RETRY_FIRST)
             connection.close()
             logger.info("worker %s stopped", self.worker_id)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._retrying_db(self._beat)
             more_waiting = self._retrying_db(self.cycle, default=False)
             if self.once or self._stop.is_set():
                 return
@@ -180,7 +197,7 @@ class Worker:
                 raise  # the database, not the campaign: _retrying_db waits for it
             except Exception as exc:  # this campaign cannot be sent as it is: it alone stops
                 self._contain(batch, exc)
-            self._settler.submit(lambda: batch.tally.log(self.worker_id))
+            self._settler.submit(lambda: batch.tally.report(self.worker_id, self.transport.label))
         self._was_full = batch is not None and batch.full
         if not self._was_full:  # while full batches come, no campaign can be finished yet
             self._finish()
@@ -199,10 +216,13 @@ class Worker:
                 logger.info("campaign %s: %d recipients built", campaign_id, created)
 
     def _recover(self) -> None:
-        recovered = Send.objects.recover_expired(idempotent=self.idempotent,
-                                                 max_attempts=self.max_attempts)
+        with metrics.STATEMENT_SECONDS.labels("recover").time():
+            recovered = Send.objects.recover_expired(idempotent=self.idempotent,
+                                                     max_attempts=self.max_attempts)
         if recovered:
             counts = Counter(row.status for row in recovered)
+            for status, n in counts.items():
+                metrics.LEASES_RECOVERED.labels(to=status).inc(n)
             logger.warning("recovered %d rows with expired leases: %s", len(recovered),
                            dict(counts), extra={"worker_id": self.worker_id})
 
@@ -219,11 +239,13 @@ class Worker:
             buckets = [b for b in (campaign.rate_limit_id, self._transport_bucket()) if b]
             grant = RateLimit.objects.take(buckets, want=self.batch_size)
             if not grant.count:
+                metrics.RATE_LIMIT_WAITS.inc()
                 self._rate_wait = min(self._rate_wait or grant.wait, grant.wait)
                 continue
-            rows = Send.objects.claim(worker_id=self.worker_id, batch_size=grant.count,
-                                      lease=self.lease, campaign_id=campaign.campaign_id,
-                                      hand_over=self.idempotent)
+            with metrics.STATEMENT_SECONDS.labels("claim").time():
+                rows = Send.objects.claim(worker_id=self.worker_id, batch_size=grant.count,
+                                          lease=self.lease, campaign_id=campaign.campaign_id,
+                                          hand_over=self.idempotent)
             going = sum(1 for row in rows if row.status == Send.Status.SENDING)
             RateLimit.objects.give_back(buckets, count=grant.count - going)
             if rows:
@@ -245,8 +267,7 @@ class Worker:
             if handed is None:
                 return  # no database for a whole lease: unsent, these rows are queued again on expiry
             batch.tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
-            yield self.transport.send_bulk([d for d in chunk
-                                            if handed.get(d.send_id) == Send.Status.SENDING])
+            yield self._send([d for d in chunk if handed.get(d.send_id) == Send.Status.SENDING])
 
     def _settle(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
         if outcomes:
@@ -257,6 +278,7 @@ class Worker:
         out, their attempt not counted. Whatever a tenant typed (a sender, a template) then
         stops its own campaign, never the worker nor anyone else's campaign."""
         reason = f"{type(exc).__name__}: {exc}"[:1000]
+        metrics.CAMPAIGNS_CONTAINED.inc()
         logger.error("campaign %s paused: it cannot be sent as it is (%s)", batch.campaign_id,
                      reason, exc_info=exc,
                      extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
@@ -272,6 +294,20 @@ class Worker:
             logger.info("campaign %s finished", campaign_id)
 
     # --- the steps' parts --------------------------------------------------------------------
+
+    def _beat(self) -> None:
+        """Say this worker is alive: a row in the database (the admin's workers page), the
+        metrics' gauge and, when asked, a file's mtime (for a container's probe)."""
+        now = time.monotonic()
+        if now - self._beat_at < HEARTBEAT_EVERY:
+            return
+        WorkerHeartbeat.objects.beat(worker_id=self.worker_id, hostname=socket.gethostname(),
+                                     pid=os.getpid(), batch_size=self.batch_size,
+                                     receiver="idempotent" if self.idempotent else "plain")
+        self._beat_at = now
+        metrics.LAST_BEAT.set_to_current_time()
+        if self._heartbeat_file is not None:
+            self._heartbeat_file.touch()
 
     def _housekeeping_due(self) -> bool:
         """Starting, building and recovering are about campaigns and leases, not batches: while
@@ -333,11 +369,22 @@ class Worker:
             self._renderers[campaign_id] = renderer
         return renderer
 
+    def _send(self, deliveries: Sequence[Delivery]) -> list[Outcome]:
+        started = time.perf_counter()
+        outcomes = self.transport.send_bulk(deliveries)
+        if deliveries:
+            each = (time.perf_counter() - started) / len(deliveries)
+            histogram = metrics.TRANSPORT_SECONDS.labels(self.transport.label)
+            for _ in deliveries:
+                histogram.observe(each)
+        return outcomes
+
     def _hand_over(self, chunk: Sequence[Delivery]) -> dict[int, str]:
         """Return {send id: 'sending' (send it) | 'suppressed'} for the rows still ours."""
         ids = [d.send_id for d in chunk]
         if not self.idempotent:
-            return Send.objects.hand_over(ids, worker_id=self.worker_id)
+            with metrics.STATEMENT_SECONDS.labels("hand_over").time():
+                return Send.objects.hand_over(ids, worker_id=self.worker_id)
         # Handed over by the claim already: only opt-outs need a look, and that look is a read;
         # the rare blocked row goes through the hand-over to be suppressed.
         blocked = Send.objects.blocked(ids)
@@ -347,11 +394,14 @@ class Worker:
     def _record(self, outcomes: Sequence[Outcome]) -> dict[int, str]:
         """Settle outcomes in the database; retried through an outage for as long as the lease
         lasts (past it, the rows are recovered as after a crash)."""
-        settled = self._retrying_db(lambda: Send.objects.settle(
-            outcomes, worker_id=self.worker_id, max_attempts=self.max_attempts,
-            backoff_base=settings.SENDER_BACKOFF_BASE, backoff_max=settings.SENDER_BACKOFF_MAX,
-        ), deadline=time.monotonic() + self.lease)
-        return settled or {}
+        def settle() -> dict[int, str]:
+            with metrics.STATEMENT_SECONDS.labels("settle").time():
+                return Send.objects.settle(
+                    outcomes, worker_id=self.worker_id, max_attempts=self.max_attempts,
+                    backoff_base=settings.SENDER_BACKOFF_BASE,
+                    backoff_max=settings.SENDER_BACKOFF_MAX)
+
+        return self._retrying_db(settle, deadline=time.monotonic() + self.lease) or {}
 
     def _idle_wait(self, busy: bool, next_in: float | None) -> float:
         wait = self.tick if next_in is None else min(self.tick, next_in)

@@ -22,6 +22,9 @@ class Command(BaseCommand):
         parser.add_argument("--lease", type=float, default=3.0, help="Seconds.")
         parser.add_argument("--out", type=Path, default=Path(".data/chaos"))
         parser.add_argument("--no-chart", action="store_true")
+        parser.add_argument("--pgbouncer", action="store_true",
+                            help="Workers reach PostgreSQL through PgBouncer in transaction pooling "
+                                 "mode (Debian's pgbouncer, started here on a loopback port).")
         parser.add_argument("--keep-database", action="store_true",
                             help=f"Run in the configured database instead of a fresh {DATABASE!r}.")
 
@@ -34,9 +37,11 @@ class Command(BaseCommand):
             config = ChaosConfig(recipients=options["recipients"], workers=options["workers"],
                                  idempotent=mode == "idempotent", kill_every=options["kill_every"],
                                  lease=options["lease"], out_dir=options["out"],
-                                 chart=not options["no_chart"])
+                                 chart=not options["no_chart"], pgbouncer=options["pgbouncer"])
             self.stdout.write(f"\n== chaos, {mode} receiver: {config.recipients:,} recipients, "
-                              f"{config.workers} workers ==")
+                              f"{config.workers} workers"
+                              + (", through PgBouncer (transaction pooling)" if config.pgbouncer
+                                 else "") + " ==")
             report = run(config)
             table = report.table()
             self.stdout.write(table)

@@ -1,4 +1,5 @@
 import signal
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -13,22 +14,36 @@ class Command(BaseCommand):
         mode.add_argument("--once", action="store_true", help="Run one cycle and exit.")
         mode.add_argument("--until-idle", action="store_true",
                           help="Exit once no campaign is due or sending (paused ones do not count).")
-        parser.add_argument("--batch-size", type=int, default=20, help="Rows claimed per batch.")
+        parser.add_argument("--batch-size", type=int, default=20,
+                            help="Rows claimed per batch (default: 20).")
         parser.add_argument("--tick", type=float, default=60.0,
-                            help="Seconds to sleep when idle (a full batch goes on at once).")
+                            help="Seconds to sleep when idle; a full batch goes on at once "
+                                 "(default: 60).")
         parser.add_argument("--lease", type=float, default=None,
-                            help="Seconds a claimed row stays ours (default: SENDER_LEASE).")
+                            help="Seconds a claimed row stays ours (default: SENDER_LEASE, 300).")
         parser.add_argument("--worker-id", default=None,
                             help=f"Name in claimed_by (default host:pid, e.g. {default_worker_id()}).")
+        parser.add_argument("--metrics-port", type=int, default=None,
+                            help="Serve Prometheus metrics on this port (default: none).")
+        parser.add_argument("--metrics-addr", default="127.0.0.1",
+                            help="Address the metrics port listens on (default: 127.0.0.1).")
+        parser.add_argument("--heartbeat-file", type=Path, default=None,
+                            help="Touch this file at every heartbeat, for a container's liveness "
+                                 "probe (default: none; the heartbeat is in the database).")
 
     def handle(self, *args, **options):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         if options["tick"] <= 0 or (options["lease"] is not None and options["lease"] <= 0):
             raise CommandError("--tick and --lease must be positive")
+        if options["metrics_port"] is not None:
+            from prometheus_client import start_http_server
+
+            start_http_server(options["metrics_port"], addr=options["metrics_addr"])
         worker = Worker(worker_id=options["worker_id"], batch_size=options["batch_size"],
                         tick=options["tick"], lease=options["lease"],
-                        once=options["once"], until_idle=options["until_idle"])
+                        once=options["once"], until_idle=options["until_idle"],
+                        heartbeat_file=options["heartbeat_file"])
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: worker.stop())
         worker.run()

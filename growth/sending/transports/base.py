@@ -46,6 +46,11 @@ class BaseTransport:
     receiver_declares_idempotent: bool = False
     idempotency_window: float | None = None  # seconds; None: for ever, or not known
 
+    @property
+    def label(self) -> str:
+        """A short name for metrics and logs (bounded: one per kind of transport)."""
+        return type(self).__name__
+
     def open(self) -> None:
         """Open whatever connection the transport keeps between batches."""
 

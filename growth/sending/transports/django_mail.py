@@ -37,6 +37,11 @@ class DjangoMailTransport(BaseTransport):
         self.idempotent = idempotent
         self.receiver_declares_idempotent = getattr(backend_class, "idempotent_receiver", False)
         self.idempotency_window = getattr(backend_class, "idempotency_window", None)
+        self._label = f"django_mail:{backend_class.__module__}.{backend_class.__name__}"
+
+    @property
+    def label(self) -> str:
+        return self._label
 
     def open(self) -> None:
         if self._connection is None:

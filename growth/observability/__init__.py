@@ -1,0 +1,1 @@
+"""Running it for real: health checks, Prometheus metrics, the workers' heartbeats."""

@@ -1,0 +1,66 @@
+"""Health checks for load balancers and orchestrators, and the web app's /metrics."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
+from django.db.migrations.executor import MigrationExecutor
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.crypto import constant_time_compare
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from growth.observability.metrics import web_registry
+
+_REGISTRY = None
+
+
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> HttpResponse:
+    """The process answers (no database involved): for liveness probes."""
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+@require_GET
+def readyz(request: HttpRequest) -> HttpResponse:
+    """The database answers and every migration is applied: for readiness probes."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except DatabaseError as exc:
+        connection.close()  # a broken connection is not kept for the next probe
+        return JsonResponse({"status": "unavailable", "database": str(exc).strip()[:200]},
+                            status=503)
+    if pending:
+        return JsonResponse({"status": "unavailable", "migrations_pending": len(pending)},
+                            status=503)
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus exposition. With METRICS_TOKEN set, for a Bearer of it; without, loopback only."""
+    if not _allowed(request):
+        return HttpResponse(status=404)
+    global _REGISTRY
+    _REGISTRY = _REGISTRY or web_registry()
+    return HttpResponse(generate_latest(_REGISTRY), content_type=CONTENT_TYPE_LATEST)
+
+
+def _allowed(request: HttpRequest) -> bool:
+    token = settings.METRICS_TOKEN
+    if token:
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        return constant_time_compare(given, token)
+    try:
+        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+    except ValueError:
+        return False
