@@ -10,28 +10,14 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import requests
 from django.db import connection
 
+from growth.chaos.pgbouncer import wait_until_listening
 from tests.helpers import ROOT, subprocess_env
 from tests.smtp import free_port
-
-
-def wait_until_listening(port: int, timeout: float = 30.0, process=None) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 class Gunicorn:

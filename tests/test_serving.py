@@ -107,7 +107,7 @@ def test_the_serve_command_collects_static_files_and_runs_gunicorn(tmp_path):
                                env=subprocess_env(STATIC_ROOT=str(tmp_path / "static")),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        from tests.servers import wait_until_listening
+        from growth.chaos.pgbouncer import wait_until_listening
 
         wait_until_listening(port, process=process)
         assert (tmp_path / "static" / "admin" / "css" / "base.css.gz").exists()  # compressed

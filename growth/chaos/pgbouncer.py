@@ -20,6 +20,22 @@ def available() -> bool:
     return os.access(PGBOUNCER, os.X_OK)
 
 
+def wait_until_listening(port: int, timeout: float = 30.0, process=None) -> None:
+    """Return once something accepts connections on the loopback ``port``; raise if ``process``
+    exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -71,17 +87,10 @@ pidfile = {workdir}/pgbouncer.pid
             args[1:1] = ["-u", user]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.log = workdir / "pgbouncer.log"
-        deadline = time.monotonic() + 20
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"pgbouncer exited: {self.process.stderr.read().decode()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        try:
+            wait_until_listening(self.port, timeout=20, process=self.process)
+        except RuntimeError:
+            raise RuntimeError(f"pgbouncer exited: {self.process.stderr.read().decode()}") from None
 
     def database_url(self, name: str | None = None) -> str:
         db = connection.settings_dict
