@@ -16,8 +16,12 @@ from tests.scenarios import sending_campaign, statuses
 POLICY = {"max_attempts": 3, "backoff_base": 30.0, "backoff_max": 3600.0}
 
 
-def settle(outcomes, worker_id="w"):
-    return Send.objects.settle(outcomes, worker_id=worker_id, **POLICY)
+def settle(outcomes, worker_id="w", attempts=None):
+    """Settle as the claim's holder would; ``attempts`` defaults to each row's current one."""
+    if attempts is None:
+        attempts = dict(Send.objects.filter(id__in=[o.send_id for o in outcomes])
+                        .values_list("id", "attempts"))
+    return Send.objects.settle(outcomes, worker_id=worker_id, attempts=attempts, **POLICY)
 
 
 def claim_and_hand_over(worker_id="w", batch_size=1):
@@ -38,7 +42,8 @@ def test_a_whole_batch_settles_in_one_statement():
     with CaptureQueriesContext(connection) as queries:
         result = settle([Outcome(a.id, Outcome.SENT, provider_message_id="<m1@x>"),
                          Outcome(b.id, Outcome.TRANSIENT, error="451 later"),
-                         Outcome(c.id, Outcome.PERMANENT, error="550 no such user")])
+                         Outcome(c.id, Outcome.PERMANENT, error="550 no such user")],
+                        attempts={row.id: row.attempts for row in (a, b, c)})
     assert len(queries) == 1
     assert result == {a.id: "sent", b.id: "queued", c.id: "failed"}
     sent, retry, failed = Send.objects.filter(campaign=campaign).order_by("id")
@@ -171,6 +176,42 @@ def test_a_transient_failure_in_a_cancelled_campaign_is_not_queued_again():
     cancel_campaign(campaign_id=campaign.id)
     settle([Outcome(row.id, Outcome.TRANSIENT, error="451")])
     assert statuses(campaign) == {"cancelled": 1}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_rows_of_a_cancelled_campaign_are_never_recovered_to_queued(idempotent):
+    """Found by the model checker (verify/): a worker killed with rows in hand, the campaign
+    cancelled, then the leases run out. Queued again, the rows would stay queued for ever, since
+    nothing claims from a cancelled campaign: never handed over, they are cancelled; handed over,
+    nobody knows whether they went out, and they are 'unknown'."""
+    from growth.operations.campaigns import cancel_campaign
+
+    campaign = sending_campaign(count=2)
+    claimed = Send.objects.claim(worker_id="dead", batch_size=2, lease=60, hand_over=idempotent)
+    if not idempotent:
+        Send.objects.hand_over([claimed[0].id], worker_id="dead")
+    cancel_campaign(campaign_id=campaign.id)
+    expire_leases()
+    Send.objects.recover_expired(idempotent=idempotent, max_attempts=5)
+    assert statuses(campaign) == ({"unknown": 2} if idempotent else {"unknown": 1, "cancelled": 1})
+
+
+@pytest.mark.django_db
+def test_a_late_settle_of_an_earlier_attempt_by_the_same_worker_changes_nothing():
+    """Found by the model checker: with an idempotent receiver a settle waits on the worker's
+    settler thread. If the lease ran out meanwhile and the same worker claimed the row again, the
+    late settle (same worker id, earlier attempt) must not overwrite the new attempt."""
+    sending_campaign(count=1)
+    (first,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60, hand_over=True)
+    expire_leases()
+    Send.objects.recover_expired(idempotent=True, max_attempts=5)
+    (second,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60, hand_over=True)
+    assert (first.attempts, second.attempts) == (1, 2)
+    late = Outcome(first.id, Outcome.PERMANENT, error="550 from the first attempt")
+    assert settle([late], worker_id="w", attempts={first.id: first.attempts}) == {}
+    now = Outcome(first.id, Outcome.SENT)
+    assert settle([now], worker_id="w", attempts={first.id: second.attempts}) == {first.id: "sent"}
 
 
 @pytest.mark.django_db(transaction=True)

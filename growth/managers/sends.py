@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -105,11 +105,12 @@ class SendManager(models.Manager):
         """Return which of these rows an opt-out now blocks (a read: no row is written)."""
         return QUERIES.column("blocked", ids=list(send_ids))
 
-    def settle(self, outcomes: Sequence[Outcome], *, worker_id: str, max_attempts: int,
-               backoff_base: float, backoff_max: float) -> dict[int, str]:
+    def settle(self, outcomes: Sequence[Outcome], *, worker_id: str, attempts: Mapping[int, int],
+               max_attempts: int, backoff_base: float, backoff_max: float) -> dict[int, str]:
         """Record a batch of outcomes in one statement; return {send id: new status}.
 
-        Rows no longer held by ``worker_id`` are left alone and absent from the result.
+        ``attempts``: each row's attempt as the claim returned it. Rows no longer held by this
+        claim (``worker_id`` at that attempt) are left alone and absent from the result.
         """
         if not outcomes:
             return {}
@@ -117,7 +118,8 @@ class SendManager(models.Manager):
         # under a lease, and lease expiry treats them as after a worker's crash (queued again
         # for an idempotent receiver, 'unknown' for a plain one): never dropped, never resent.
         rows = QUERIES.rows(
-            "settle", ids=[o.send_id for o in outcomes], outcomes=[o.kind for o in outcomes],
+            "settle", ids=[o.send_id for o in outcomes],
+            attempts=[attempts[o.send_id] for o in outcomes], outcomes=[o.kind for o in outcomes],
             provider_ids=[o.provider_message_id for o in outcomes],
             errors=[o.error for o in outcomes], worker_id=worker_id, max_attempts=max_attempts,
             backoff_base=backoff_base, backoff_max=backoff_max, wait_for_flush=False)
@@ -133,8 +135,13 @@ class SendManager(models.Manager):
 
     def recover_expired(self, *, idempotent: bool, max_attempts: int) -> list[Recovered]:
         """Release rows whose lease expired; return what became of each."""
-        rows = QUERIES.rows("recover_expired", idempotent=idempotent, max_attempts=max_attempts,
-                            limit=RECOVER_LIMIT)
+        with transaction.atomic():
+            campaign_ids = QUERIES.column("lock_campaigns_of_expired")
+            if not campaign_ids:
+                return []
+            rows = QUERIES.rows("recover_expired", campaign_ids=campaign_ids,
+                                idempotent=idempotent, max_attempts=max_attempts,
+                                limit=RECOVER_LIMIT)
         return [Recovered.from_row(row) for row in rows]
 
     def retry_unknown(self, send_ids: Sequence[int]) -> list[Requeued]:

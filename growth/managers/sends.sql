@@ -129,15 +129,25 @@ UPDATE growth_sends s
 RETURNING s.id, s.status;
 
 -- settle --
--- Record what the transport said, for a whole batch at once. Only rows still ours are touched:
--- a row whose lease expired and was taken over belongs to someone else now. A row that went
--- 'unknown' while we were slow, and that we now know was accepted, becomes 'sent'.
+-- Record what the transport said, for a whole batch at once. Only rows still in the hands of
+-- this claim are touched: this worker's, at the attempt it claimed. A row whose lease expired
+-- and was taken over belongs to someone else now, and a late settle of an earlier attempt (this
+-- worker's own, waiting on its settler thread) must not overwrite the current one. A row that
+-- went 'unknown' while we were slow, and that we now know was accepted, becomes 'sent'.
+-- The campaign rows are locked (FOR SHARE, before any send row: they are joined first) so
+-- that the status read is the current one and a cancel cannot commit in between: a transient
+-- row of a cancelled campaign ends 'cancelled', never 'queued' where nothing would claim it.
+WITH campaign AS MATERIALIZED (
+    SELECT c.id, c.status
+      FROM growth_campaigns c
+     WHERE c.id IN (SELECT campaign_id FROM growth_sends WHERE id = ANY(%(ids)s::bigint[]))
+     ORDER BY c.id
+       FOR SHARE
+)
 UPDATE growth_sends s
    SET status = CASE
            WHEN r.outcome = 'sent' THEN 'sent'
-           WHEN r.outcome = 'transient'
-                AND (SELECT c.status FROM growth_campaigns c WHERE c.id = s.campaign_id) = 'cancelled'
-           THEN 'cancelled'
+           WHEN r.outcome = 'transient' AND c.status = 'cancelled' THEN 'cancelled'
            WHEN r.outcome = 'transient' AND s.attempts < %(max_attempts)s THEN 'queued'
            ELSE 'failed' END,
        sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
@@ -148,41 +158,64 @@ UPDATE growth_sends s
        -- exponential backoff with +-10%% jitter, capped
        next_attempt_at = CASE
            WHEN r.outcome = 'transient' AND s.attempts < %(max_attempts)s
+                AND c.status <> 'cancelled'
            THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ (s.attempts - 1),
                                                     %(backoff_max)s) * (0.9 + random() * 0.2)) END,
        lease_expires_at = NULL,
        updated_at = now()
-  FROM unnest(%(ids)s::bigint[], %(outcomes)s::text[], %(provider_ids)s::text[],
-              %(errors)s::text[]) AS r(id, outcome, provider_message_id, error)
+  FROM campaign c,
+       unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
+              %(provider_ids)s::text[], %(errors)s::text[])
+           AS r(id, attempt, outcome, provider_message_id, error)
  WHERE s.id = ANY(%(ids)s::bigint[])
    AND s.id = r.id
+   AND s.campaign_id = c.id
    AND s.claimed_by = %(worker_id)s
+   AND s.attempts = r.attempt
    AND (s.status = 'sending' OR (s.status = 'unknown' AND r.outcome = 'sent'))
 RETURNING s.id, s.status;
 
+-- lock_campaigns_of_expired --
+-- Recovery, step 1: lock (FOR SHARE, in id order) the campaigns that have rows with an expired
+-- lease, before any of those rows: recover_expired then reads their current status, and a
+-- cancel waits until it has committed (a row recovered to 'queued' in a campaign cancelled
+-- meanwhile would stay queued for ever). Nothing expired, nothing locked: one index probe.
+SELECT c.id
+  FROM growth_campaigns c
+ WHERE c.id IN (SELECT campaign_id FROM growth_sends
+                 WHERE status = 'sending' AND lease_expires_at < now())
+ ORDER BY c.id
+   FOR SHARE;
+
 -- recover_expired --
--- Rows whose worker died (or stalled) past the lease. A row never handed over was never sent:
--- it is queued again (its attempt does not count). With an idempotent receiver a handed-over row
--- is retried with the same key and the duplicate is absorbed there; otherwise nobody can know
--- whether it went out, and it becomes 'unknown' for an operator: never silently resent or dropped.
+-- Step 2, in the same transaction. Rows whose worker died (or stalled) past the lease. A row
+-- never handed over was never sent: it is queued again (its attempt does not count), or
+-- cancelled with its campaign. With an idempotent receiver a handed-over row is retried with the
+-- same key and the duplicate is absorbed there; otherwise (or when the campaign was cancelled)
+-- nobody can know whether it went out, and it becomes 'unknown' for an operator: never silently
+-- resent or dropped.
 WITH expired AS (
     SELECT id
       FROM growth_sends
      WHERE status = 'sending' AND lease_expires_at < now()
+       AND campaign_id = ANY(%(campaign_ids)s)
      ORDER BY lease_expires_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 )
 UPDATE growth_sends s
-   SET status = CASE WHEN s.handed_over_at IS NULL THEN 'queued'
-                     WHEN %(idempotent)s AND s.attempts < %(max_attempts)s THEN 'queued'
+   SET status = CASE WHEN s.handed_over_at IS NULL AND c.status = 'cancelled' THEN 'cancelled'
+                     WHEN s.handed_over_at IS NULL THEN 'queued'
+                     WHEN %(idempotent)s AND s.attempts < %(max_attempts)s
+                          AND c.status <> 'cancelled' THEN 'queued'
                      ELSE 'unknown' END,
        attempts = s.attempts - CASE WHEN s.handed_over_at IS NULL THEN 1 ELSE 0 END,
        lease_expires_at = NULL,
        last_error = 'lease expired while held by ' || s.claimed_by,
        updated_at = now()
-  FROM expired e
+  FROM expired e, growth_campaigns c
  WHERE s.id = e.id
+   AND c.id = s.campaign_id
 RETURNING s.id, s.campaign_id, s.status;
 
 -- release --

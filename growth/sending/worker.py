@@ -119,6 +119,11 @@ class Batch:
         """The rows under our lease (the others were suppressed by the claim)."""
         return [row for row in self.rows if row.status == Send.Status.SENDING]
 
+    @property
+    def attempts(self) -> dict[int, int]:
+        """Each row's attempt as claimed: with the worker id, what makes a row still ours."""
+        return {row.id: row.attempts for row in self.rows}
+
 
 class Worker:
     def __init__(self, *, worker_id: str | None = None, batch_size: int = 20,
@@ -271,7 +276,7 @@ class Worker:
 
     def _settle(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
         if outcomes:
-            self._settler.submit(lambda: batch.tally.add(self._record(outcomes)))
+            self._settler.submit(lambda: batch.tally.add(self._record(outcomes, batch.attempts)))
 
     def _contain(self, batch: Batch, exc: Exception) -> None:
         """Pause the batch's campaign with the reason, and give back its rows that never went
@@ -391,13 +396,14 @@ class Worker:
         handed = Send.objects.hand_over(blocked, worker_id=self.worker_id) if blocked else {}
         return {i: handed.get(i, Send.Status.SENDING) for i in ids}
 
-    def _record(self, outcomes: Sequence[Outcome]) -> dict[int, str]:
+    def _record(self, outcomes: Sequence[Outcome], attempts: dict[int, int]) -> dict[int, str]:
         """Settle outcomes in the database; retried through an outage for as long as the lease
         lasts (past it, the rows are recovered as after a crash)."""
         def settle() -> dict[int, str]:
             with metrics.STATEMENT_SECONDS.labels("settle").time():
                 return Send.objects.settle(
-                    outcomes, worker_id=self.worker_id, max_attempts=self.max_attempts,
+                    outcomes, worker_id=self.worker_id, attempts=attempts,
+                    max_attempts=self.max_attempts,
                     backoff_base=settings.SENDER_BACKOFF_BASE,
                     backoff_max=settings.SENDER_BACKOFF_MAX)
 
