@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 OUTBOX := $(CURDIR)/.data/outbox
 
-.PHONY: install demo test test-pg chaos bench lint run serve stop-db clean
+.PHONY: install demo test test-pg verify chaos bench lint run serve stop-db clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is needed (set PYTHON=...)")'
@@ -33,6 +33,14 @@ test: install
 ## test-pg: the suite against the machine's PostgreSQL on 127.0.0.1:5432
 test-pg: install
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test TEST_DATABASE_NAME=test_zylior_pg $(PY) -m pytest
+
+## verify: the send protocol's Promela model checked exhaustively by spin (Debian: apt-get install
+## spin gcc), each known-bad change shown caught with its shortest counterexample, then a long run
+## of the stateful property test against the real database. A few minutes; VERIFY_ARGS=--long
+## adds 2 rows x 2 workers (about half an hour)
+verify: install
+	$(PY) verify/check.py $(VERIFY_ARGS)
+	PROTOCOL_EXAMPLES=$(or $(PROTOCOL_EXAMPLES),300) $(PY) -m pytest -q tests/test_protocol_stateful.py
 
 ## chaos: 50,000 recipients, 3 workers, one SIGKILLed every 3 s, a database restart, bad SMTP and
 ## opt-outs, in both receiver modes, on a fresh database; exits 1 on loss or duplicates

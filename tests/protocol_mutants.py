@@ -1,0 +1,57 @@
+"""Deliberate bugs in the send protocol's SQL, for checking that a test can catch them.
+
+A mutant replaces one piece of text in one loaded statement, in memory only (the ``.sql`` files
+are never touched): ``mutated(name)`` patches the statement for the duration of a ``with`` block.
+A mutant whose text is no longer found exactly once in its statement raises, so an edit of the
+SQL cannot turn a mutant into a silent no-op.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# name: ("<file>.<block>" of growth/managers/<file>.sql, text found in the loaded statement,
+#        the text that replaces it)
+MUTANTS: dict[str, tuple[str, str, str]] = {
+    "settle_ignores_owner": (
+        "sends.settle", "\n   AND s.claimed_by = %(worker_id)s", ""),
+    "settle_ignores_attempt": (
+        "sends.settle", "\n   AND s.attempts = r.attempt", ""),
+    "settle_ignores_claim": (
+        "sends.settle", "\n   AND s.claimed_by = %(worker_id)s\n   AND s.attempts = r.attempt", ""),
+    "hand_over_ignores_owner": (
+        "sends.hand_over", "\n   AND s.claimed_by = %(worker_id)s", ""),
+    "blocked_never_blocks": (
+        "sends.blocked", "AND ((SELECT sub.status", "AND false AND ((SELECT sub.status"),
+    "claim_ignores_opt_outs": (
+        "sends.claim", "AND ((SELECT sub.status", "AND false AND ((SELECT sub.status"),
+    "recover_requeues_for_plain_receiver": (
+        "sends.recover_expired", "WHEN %(idempotent)s AND s.attempts", "WHEN s.attempts"),
+    "build_ignores_created_at": (
+        "sends.build_recipients", "ORDER BY s.email_lower, s.created_at, s.id",
+        "ORDER BY s.email_lower, s.id"),
+    "hand_over_marks_sent": (
+        "sends.hand_over", "ELSE 'sending' END", "ELSE 'sent' END"),
+}
+
+
+@contextmanager
+def mutated(name: str | None) -> Iterator[None]:
+    """Run the block under the mutant ``name`` (nothing changes for None or "")."""
+    if not name:
+        yield
+        return
+    block, old, new = MUTANTS[name]
+    module, statement = block.split(".")
+    statements = importlib.import_module(f"growth.managers.{module}").QUERIES.statements
+    original = statements[statement]
+    found = original.count(old)
+    if found != 1:
+        raise LookupError(f"mutant {name!r}: {old!r} occurs {found} times in {block}, not once")
+    statements[statement] = original.replace(old, new)
+    try:
+        yield
+    finally:
+        statements[statement] = original

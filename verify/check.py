@@ -1,0 +1,256 @@
+"""Check the send protocol's model (send_protocol.pml) exhaustively with spin, and show that the
+checks bite: each known-bad change to the protocol is checked too, and must be caught.
+
+    python verify/check.py              # what `make verify` and CI run (a few minutes)
+    python verify/check.py --long       # adds 2 rows x 2 workers (tens of minutes)
+    python verify/check.py --mutants    # only the mutants, with their counterexamples
+    python verify/check.py --stateful   # the SQL mutants of tests/protocol_mutants.py, each
+                                        # against the stateful test on the real database
+
+spin generates a C verifier (pan.c) for each configuration; gcc compiles it; pan explores every
+reachable state. "states" below is the number of distinct states stored, each one a full
+snapshot of the rows, the campaign and every process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MODEL = Path(__file__).with_name("send_protocol.pml")
+ROOT = MODEL.parent.parent
+MODES = {"plain": [], "idempotent": ["-DIDEMPOTENT"]}
+# pan: depth bound (ample: the deepest run above needs under 400), hash table of 2^26 slots
+PAN_ARGS = ["-m2000000", "-w26"]
+PROPERTIES = [  # how spin quotes the failed assertion -> the property in the model's header
+    ("claimed_by[r]==me", "P6 another took the row from the attempt on the wire"),
+    ("current_ok", "P6 a late settle overwrote the current attempt's answer"),
+    ("fresh[", "P1 two deliveries of one job id with no operator retry between them"),
+    ("accepted[", "P2 a row 'sent' without a delivery"),
+    ("clean", "P3 a delivery after an opt-out committed before the last check"),
+    ("leased[", "P4 a 'sending' row without a lease"),
+    ("status[0]==", "P5 a run that stops with a row not final"),
+]
+
+
+@dataclass(frozen=True)
+class Bound:
+    rows: int
+    workers: int
+    crashes: int
+
+    @property
+    def defines(self) -> list[str]:
+        return [f"-DROWS={self.rows}", f"-DWORKERS={self.workers}",
+                f"-DMAX_CRASHES={self.crashes}"]
+
+    def __str__(self) -> str:
+        return f"{self.rows} row{'s' * (self.rows > 1)}, {self.workers} workers, " \
+               f"{self.crashes} crash{'es' * (self.crashes > 1)}"
+
+
+SMALL = Bound(rows=1, workers=2, crashes=1)
+SAFETY_BOUNDS = [SMALL, Bound(rows=1, workers=3, crashes=1), Bound(rows=1, workers=2, crashes=2)]
+LONG_BOUNDS = [Bound(rows=2, workers=2, crashes=1)]
+
+# (flag, the change, modes it is checked in, why it may survive)
+MUTANTS = [
+    ("MUT_SETTLE_NO_OWNER", "settle without `claimed_by = %(worker_id)s`", None),
+    ("MUT_SETTLE_ANY_ATTEMPT", "settle without `attempts = r.attempt` (owner by worker id only)",
+     None),
+    ("MUT_HANDOVER_NO_OWNER", "hand_over without `claimed_by = %(worker_id)s`", None),
+    ("MUT_CHECK_IGNORES_OPTOUT", "the last opt-out check before the wire never blocks "
+     "(hand_over, plain; `blocked`, idempotent)", None),
+    ("MUT_SENT_BEFORE_WIRE", "'sent' committed before the wire, as the original write-up does",
+     None),
+    ("MUT_RECOVER_HANDED_TO_QUEUED", "recover_expired queues handed-over rows again whatever "
+     "the receiver", None),
+    ("MUT_UNLOCKED_CAMPAIGN_READ", "settle and recover read the campaign without locking it "
+     "(the SQL before this model)", None),
+    ("MUT_CLAIM_IGNORES_OPTOUT", "the claim does not re-check opt-outs",
+     "the check before the wire stops the message anyway: the claim's check saves a lease, "
+     "it guards no property"),
+]
+
+
+@dataclass
+class Run:
+    errors: int
+    states: int
+    transitions: int
+    seconds: float
+    assertion: str
+    trace: list[str]
+    complete: bool
+
+
+def run(defines: list[str], *, search: str = "dfs") -> Run:
+    """One pan run: "dfs" (exhaustive, compressed), "bfs" (stops at a shortest counterexample)
+    or "liveness" (acceptance cycles under weak fairness, for the LTL formula)."""
+    with tempfile.TemporaryDirectory(prefix="spin-") as work:
+        model = Path(work) / MODEL.name
+        shutil.copy(MODEL, model)
+        subprocess.run(["spin", "-a", *defines, model.name], cwd=work, check=True,
+                       capture_output=True)
+        flags, pan_args = {
+            "dfs": (["-O2", "-DCOLLAPSE", "-DSAFETY", "-DNOCLAIM"], PAN_ARGS),
+            "bfs": (["-O0", "-DBFS", "-DSAFETY", "-DNOCLAIM"], [*PAN_ARGS[:1], "-w22"]),
+            # NFAIR: fairness needs a copy of the state space per process, 2^NFAIR at most
+            "liveness": (["-O2", "-DCOLLAPSE", "-DNFAIR=4"], [*PAN_ARGS, "-a", "-f"]),
+        }[search]
+        subprocess.run(["gcc", "-w", *flags, "-o", "pan", "pan.c"], cwd=work, check=True,
+                       capture_output=True)
+        started = time.monotonic()
+        out = subprocess.run(["./pan", *pan_args], cwd=work, capture_output=True,
+                             text=True).stdout
+        seconds = time.monotonic() - started
+        found = re.search(r"errors: (\d+)", out)
+        if found is None:
+            raise RuntimeError(f"pan did not finish ({' '.join(defines)}):\n{out[-2000:]}")
+        errors = int(found.group(1))
+        trace: list[str] = []
+        assertion = ""
+        if errors:
+            replay = subprocess.run(["spin", "-t", *defines, model.name], cwd=work,
+                                    capture_output=True, text=True).stdout
+            trace, assertion = readable(replay)
+            if "acceptance cycle" in out:
+                assertion = "P5 a cycle in which a row never becomes final"
+    return Run(errors=errors,
+               states=int(float(re.search(r"([\d.e+]+) states, stored", out).group(1))),
+               transitions=int(float(re.search(r"([\d.e+]+) transitions", out).group(1))),
+               seconds=seconds, assertion=assertion, trace=trace,
+               complete="max search depth too small" not in out)
+
+
+def readable(replay: str) -> tuple[list[str], str]:
+    """The model's own printf lines of a counterexample, and the property it broke."""
+    steps, assertion = [], ""
+    for line in replay.splitlines():
+        text = line.strip()
+        if text.startswith("spin: text of failed assertion:"):
+            assertion = property_of(text)
+        elif text.startswith("<<<<<START OF CYCLE"):
+            steps.append("(from here the run repeats for ever)")
+        elif text and not text.startswith(("ltl ", "spin:", "#processes", "Never")) \
+                and not re.match(r"\d+:\s+proc|[\w\[\]]+ = |\d+ processes created", text):
+            steps.append(text)
+    return steps, assertion
+
+
+def property_of(assertion: str) -> str:
+    for needle, name in PROPERTIES:
+        if needle in assertion:
+            return name
+    return assertion
+
+
+def line(label: str, result: Run) -> str:
+    verdict = "ok" if not result.errors else f"VIOLATED: {result.assertion}"
+    return (f"  {label:<58} {result.states:>11,} states {result.transitions:>12,} transitions "
+            f"{result.seconds:7.1f}s  {verdict}")
+
+
+def check_protocol(bounds: list[Bound], *, liveness: bool) -> bool:
+    ok = True
+    print("Safety (P1-P4, P6 after every step; P5 where the run stops):")
+    for bound in bounds:
+        for mode, flags in MODES.items():
+            result = run(bound.defines + flags)
+            print(line(f"{bound}, {mode} receiver", result), flush=True)
+            ok &= not result.errors and result.complete
+            if result.errors:
+                print("\n".join(f"      {step}" for step in result.trace))
+    if liveness:
+        print("Liveness (P5 as LTL `settles`, under weak fairness):")
+        for mode, flags in MODES.items():
+            result = run(SMALL.defines + flags, search="liveness")
+            print(line(f"{SMALL}, {mode} receiver", result), flush=True)
+            ok &= not result.errors and result.complete
+    return ok
+
+
+def check_mutants() -> bool:
+    ok = True
+    print(f"\nMutants ({SMALL}): each known-bad change alone; a check must catch it.")
+    for flag, change, may_survive in MUTANTS:
+        caught = {mode: run(SMALL.defines + flags + [f"-D{flag}=1"], search="bfs")
+                  for mode, flags in MODES.items()}
+        killed = [mode for mode, result in caught.items() if result.errors]
+        print(f"\n- {change}  [{flag}]")
+        if not killed:
+            print(f"  survives: {may_survive or 'NOT CAUGHT'}")
+            ok &= may_survive is not None
+            continue
+        for mode, result in caught.items():
+            print(f"  {mode}: " + ("caught, " + result.assertion if result.errors
+                                   else "not caught in this mode"))
+        first = caught[killed[0]]
+        print(f"  shortest counterexample ({killed[0]} receiver):")
+        print("\n".join(f"      {step}" for step in first.trace))
+        print(f"      -> {first.assertion}")
+    return ok
+
+
+def check_stateful_mutants() -> bool:
+    """Each SQL mutant of tests/protocol_mutants.py, in memory, under the stateful test: it must
+    fail, and hypothesis' shortest failing sequence of steps is shown."""
+    sys.path.insert(0, str(ROOT))
+    from tests.protocol_mutants import MUTANTS as SQL_MUTANTS
+
+    ok = True
+    print("\nThe SQL's mutants against the stateful test (real database):")
+    for name, (block, old, new) in SQL_MUTANTS.items():
+        started = time.monotonic()
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+             "tests/test_protocol_stateful.py", "-k", "keeps_its_promises"],
+            cwd=ROOT, capture_output=True, text=True,
+            env={**os.environ, "PROTOCOL_MUTANT": name}).stdout
+        caught = " failed" in out.splitlines()[-1] if out else False
+        print(f"\n- {name}: {block}: {old.strip()!r} -> {new.strip()!r}  "
+              f"({time.monotonic() - started:.0f}s)")
+        if not caught:
+            print("  NOT CAUGHT")
+            ok = False
+            continue
+        failure = [line for line in out.splitlines()
+                   if line.startswith("E ") and ("P" in line or "assert" in line)][:1]
+        steps = [line.strip() for line in out.splitlines()
+                 if line.startswith(("state.", "Draw", "note")) or "# " in line[:6]]
+        print("  caught: " + (failure[0][1:].strip() if failure else "the test fails"))
+        print("\n".join(f"      {step}" for step in steps[-14:]))
+    return ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--long", action="store_true", help="also 2 rows x 2 workers")
+    parser.add_argument("--mutants", action="store_true", help="only the mutants")
+    parser.add_argument("--stateful", action="store_true",
+                        help="only the SQL mutants, against the stateful test")
+    args = parser.parse_args()
+    for tool in ("spin", "gcc"):
+        if shutil.which(tool) is None:
+            print(f"{tool} is missing (Debian: apt-get install {tool})", file=sys.stderr)
+            return 2
+    if args.stateful:
+        return 0 if check_stateful_mutants() else 1
+    ok = True
+    if not args.mutants:
+        ok &= check_protocol(SAFETY_BOUNDS + (LONG_BOUNDS if args.long else []), liveness=True)
+    ok &= check_mutants()
+    print("\n" + ("every check passed" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
