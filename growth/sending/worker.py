@@ -392,9 +392,12 @@ class Worker:
                 return Send.objects.hand_over(ids, worker_id=self.worker_id)
         # Handed over by the claim already: only opt-outs need a look, and that look is a read;
         # the rare blocked row goes through the hand-over to be suppressed.
-        blocked = Send.objects.blocked(ids)
-        handed = Send.objects.hand_over(blocked, worker_id=self.worker_id) if blocked else {}
-        return {i: handed.get(i, Send.Status.SENDING) for i in ids}
+        blocked = set(Send.objects.blocked(ids))
+        handed = Send.objects.hand_over(sorted(blocked), worker_id=self.worker_id) if blocked else {}
+        # A blocked row is never sent by us: suppressed if still ours, else (recovered, taken
+        # over) left to its new holder, whose own check will see the opt-out.
+        return {i: handed[i] if i in blocked else Send.Status.SENDING
+                for i in ids if i not in blocked or i in handed}
 
     def _record(self, outcomes: Sequence[Outcome], attempts: dict[int, int]) -> dict[int, str]:
         """Settle outcomes in the database; retried through an outage for as long as the lease
