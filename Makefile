@@ -40,7 +40,7 @@ test-pg: install
 ## adds 2 rows x 2 workers (about half an hour)
 verify: install
 	$(PY) verify/check.py $(VERIFY_ARGS)
-	PROTOCOL_EXAMPLES=$(or $(PROTOCOL_EXAMPLES),300) $(PY) -m pytest -q tests/test_protocol_stateful.py
+	PROTOCOL_EXAMPLES=$(or $(PROTOCOL_EXAMPLES),30) $(PY) -m pytest -q tests/test_protocol_stateful.py
 
 ## chaos: 50,000 recipients, 3 workers, one SIGKILLed every 3 s, a database restart, bad SMTP and
 ## opt-outs, in both receiver modes, on a fresh database; exits 1 on loss or duplicates
