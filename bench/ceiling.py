@@ -45,12 +45,14 @@ def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> 
             if not rows:
                 return settled
             ids = [row["id"] for row in rows if row["status"] == "sending"]
+            attempts = {row["id"]: row["attempts"] for row in rows}
             if hand_over:
                 ids = [row["id"] for row in conn.execute(
                     queries["hand_over"], {"ids": ids, "worker_id": worker_id}).fetchall()
                     if row["status"] == "sending"]
             done = conn.execute(queries["settle"], {
-                "ids": ids, "outcomes": ["sent"] * len(ids), "provider_ids": ["null"] * len(ids),
+                "ids": ids, "attempts": [attempts[i] for i in ids], "campaign_id": campaign_id,
+                "outcomes": ["sent"] * len(ids), "provider_ids": ["null"] * len(ids),
                 "errors": [""] * len(ids), "worker_id": worker_id, "max_attempts": MAX_ATTEMPTS,
                 "backoff_base": BACKOFF_BASE, "backoff_max": BACKOFF_MAX}).fetchall()
             settled += len(done)

@@ -180,13 +180,15 @@ def _statements(batch_size: int) -> list[tuple[str, float, str]]:
                              "campaign_id": None, "hand_over": False})
         results.append(("claim", ms, plan))
         with connection.cursor() as cursor:
-            cursor.execute("SELECT id FROM growth_sends WHERE status = 'sending' AND claimed_by = %s",
-                           [worker])
-            ids = [row[0] for row in cursor.fetchall()]
+            cursor.execute("SELECT id, attempts, campaign_id FROM growth_sends"
+                           " WHERE status = 'sending' AND claimed_by = %s", [worker])
+            held = cursor.fetchall()
+        ids = [row[0] for row in held]
         ms, plan = _explain(SEND_QUERIES["hand_over"], {"ids": ids, "worker_id": worker})
         results.append(("hand_over", ms, plan))
         ms, plan = _explain(SEND_QUERIES["settle"], {
-            "ids": ids, "outcomes": ["sent"] * len(ids), "provider_ids": ["null"] * len(ids),
+            "ids": ids, "attempts": [row[1] for row in held], "campaign_id": held[0][2],
+            "outcomes": ["sent"] * len(ids), "provider_ids": ["null"] * len(ids),
             "errors": [""] * len(ids), "worker_id": worker, "max_attempts": 5,
             "backoff_base": 30.0, "backoff_max": 3600.0})
         results.append(("settle", ms, plan))
@@ -195,7 +197,8 @@ def _statements(batch_size: int) -> list[tuple[str, float, str]]:
             ms, plan = _explain(CAMPAIGN_QUERIES[name], {"campaign_ids": sending})
             results.append((name, ms, plan))
         ms, plan = _explain(SEND_QUERIES["recover_expired"],
-                            {"idempotent": True, "max_attempts": 5, "limit": 10_000})
+                            {"campaign_ids": sending, "idempotent": True, "max_attempts": 5,
+                             "limit": 10_000})
         results.append(("recover_expired", ms, plan))
         transaction.set_rollback(True)
     return results
@@ -225,9 +228,13 @@ def settle_half(rows: int, batch_size: int) -> None:
             cursor.execute(SEND_QUERIES["claim"],
                            {"worker_id": "half", "batch_size": batch_size, "lease": 300.0,
                             "campaign_id": None, "hand_over": False})
-            ids = [row[0] for row in cursor.fetchall()]
+            columns = [column.name for column in cursor.description]
+            claimed = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+            ids = [row["id"] for row in claimed]
             cursor.execute(SEND_QUERIES["settle"], {
-                "ids": ids, "outcomes": ["sent"] * len(ids), "provider_ids": [""] * len(ids),
+                "ids": ids, "attempts": [row["attempts"] for row in claimed],
+                "campaign_id": claimed[0]["campaign_id"] if claimed else None,
+                "outcomes": ["sent"] * len(ids), "provider_ids": [""] * len(ids),
                 "errors": [""] * len(ids), "worker_id": "half", "max_attempts": 5,
                 "backoff_base": 30.0, "backoff_max": 3600.0})
             done += len(ids)

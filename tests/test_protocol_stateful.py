@@ -505,7 +505,8 @@ class SendProtocol(RuleBasedStateMachine):
     def _settle(self, worker: str) -> None:
         chunk = self.workers[worker].unsettled.pop(0)
         with self.p6_changes_only_rows_still_held(worker, chunk.attempts):
-            settled = Send.objects.settle(chunk.outcomes, worker_id=worker, attempts=chunk.attempts,
+            settled = Send.objects.settle(chunk.outcomes, campaign_id=self.campaign_id,
+                                          worker_id=worker, attempts=chunk.attempts,
                                           max_attempts=MAX_ATTEMPTS, **BACKOFF)
         note(f"{worker} settles {self._who({o.send_id: o.kind for o in chunk.outcomes})}: "
              f"{self._who(settled)}")

@@ -16,12 +16,15 @@ from tests.scenarios import sending_campaign, statuses
 POLICY = {"max_attempts": 3, "backoff_base": 30.0, "backoff_max": 3600.0}
 
 
-def settle(outcomes, worker_id="w", attempts=None):
-    """Settle as the claim's holder would; ``attempts`` defaults to each row's current one."""
-    if attempts is None:
-        attempts = dict(Send.objects.filter(id__in=[o.send_id for o in outcomes])
-                        .values_list("id", "attempts"))
-    return Send.objects.settle(outcomes, worker_id=worker_id, attempts=attempts, **POLICY)
+def settle(outcomes, worker_id="w", attempts=None, campaign_id=None):
+    """Settle as the claim's holder would; ``attempts`` and ``campaign_id`` default to the rows'
+    current ones."""
+    if attempts is None or campaign_id is None:
+        rows = Send.objects.filter(id__in=[o.send_id for o in outcomes])
+        attempts = attempts or dict(rows.values_list("id", "attempts"))
+        campaign_id = campaign_id or rows.values_list("campaign_id", flat=True).first()
+    return Send.objects.settle(outcomes, campaign_id=campaign_id, worker_id=worker_id,
+                               attempts=attempts, **POLICY)
 
 
 def claim_and_hand_over(worker_id="w", batch_size=1):
@@ -43,7 +46,8 @@ def test_a_whole_batch_settles_in_one_statement():
         result = settle([Outcome(a.id, Outcome.SENT, provider_message_id="<m1@x>"),
                          Outcome(b.id, Outcome.TRANSIENT, error="451 later"),
                          Outcome(c.id, Outcome.PERMANENT, error="550 no such user")],
-                        attempts={row.id: row.attempts for row in (a, b, c)})
+                        attempts={row.id: row.attempts for row in (a, b, c)},
+                        campaign_id=campaign.id)
     assert len(queries) == 1
     assert result == {a.id: "sent", b.id: "queued", c.id: "failed"}
     sent, retry, failed = Send.objects.filter(campaign=campaign).order_by("id")

@@ -105,9 +105,11 @@ class SendManager(models.Manager):
         """Return which of these rows an opt-out now blocks (a read: no row is written)."""
         return QUERIES.column("blocked", ids=list(send_ids))
 
-    def settle(self, outcomes: Sequence[Outcome], *, worker_id: str, attempts: Mapping[int, int],
-               max_attempts: int, backoff_base: float, backoff_max: float) -> dict[int, str]:
-        """Record a batch of outcomes in one statement; return {send id: new status}.
+    def settle(self, outcomes: Sequence[Outcome], *, campaign_id: int, worker_id: str,
+               attempts: Mapping[int, int], max_attempts: int, backoff_base: float,
+               backoff_max: float) -> dict[int, str]:
+        """Record a batch of outcomes (rows of one campaign, as claimed) in one statement; return
+        {send id: new status}.
 
         ``attempts``: each row's attempt as the claim returned it. Rows no longer held by this
         claim (``worker_id`` at that attempt) are left alone and absent from the result.
@@ -121,7 +123,8 @@ class SendManager(models.Manager):
             "settle", ids=[o.send_id for o in outcomes],
             attempts=[attempts[o.send_id] for o in outcomes], outcomes=[o.kind for o in outcomes],
             provider_ids=[o.provider_message_id for o in outcomes],
-            errors=[o.error for o in outcomes], worker_id=worker_id, max_attempts=max_attempts,
+            errors=[o.error for o in outcomes], campaign_id=campaign_id, worker_id=worker_id,
+            max_attempts=max_attempts,
             backoff_base=backoff_base, backoff_max=backoff_max, wait_for_flush=False)
         return {row["id"]: row["status"] for row in rows}
 

@@ -134,15 +134,11 @@ RETURNING s.id, s.status;
 -- and was taken over belongs to someone else now, and a late settle of an earlier attempt (this
 -- worker's own, waiting on its settler thread) must not overwrite the current one. A row that
 -- went 'unknown' while we were slow, and that we now know was accepted, becomes 'sent'.
--- The campaign rows are locked (FOR SHARE, before any send row: they are joined first) so
+-- The batch's campaign row is locked (FOR SHARE, before any send row: it is joined first) so
 -- that the status read is the current one and a cancel cannot commit in between: a transient
 -- row of a cancelled campaign ends 'cancelled', never 'queued' where nothing would claim it.
 WITH campaign AS MATERIALIZED (
-    SELECT c.id, c.status
-      FROM growth_campaigns c
-     WHERE c.id IN (SELECT campaign_id FROM growth_sends WHERE id = ANY(%(ids)s::bigint[]))
-     ORDER BY c.id
-       FOR SHARE
+    SELECT id, status FROM growth_campaigns WHERE id = %(campaign_id)s FOR SHARE
 )
 UPDATE growth_sends s
    SET status = CASE

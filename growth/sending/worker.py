@@ -113,16 +113,16 @@ class Batch:
     rows: list[Claimed]
     full: bool  # as many rows as were asked for: more is likely waiting
     tally: Tally
+    # each row's attempt as claimed: with the worker id, what makes a row still ours
+    attempts: dict[int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.attempts = {row.id: row.attempts for row in self.rows}
 
     @property
     def to_send(self) -> list[Claimed]:
         """The rows under our lease (the others were suppressed by the claim)."""
         return [row for row in self.rows if row.status == Send.Status.SENDING]
-
-    @property
-    def attempts(self) -> dict[int, int]:
-        """Each row's attempt as claimed: with the worker id, what makes a row still ours."""
-        return {row.id: row.attempts for row in self.rows}
 
 
 class Worker:
@@ -276,7 +276,7 @@ class Worker:
 
     def _settle(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
         if outcomes:
-            self._settler.submit(lambda: batch.tally.add(self._record(outcomes, batch.attempts)))
+            self._settler.submit(lambda: batch.tally.add(self._record(batch, outcomes)))
 
     def _contain(self, batch: Batch, exc: Exception) -> None:
         """Pause the batch's campaign with the reason, and give back its rows that never went
@@ -392,20 +392,21 @@ class Worker:
                 return Send.objects.hand_over(ids, worker_id=self.worker_id)
         # Handed over by the claim already: only opt-outs need a look, and that look is a read;
         # the rare blocked row goes through the hand-over to be suppressed.
-        blocked = set(Send.objects.blocked(ids))
-        handed = Send.objects.hand_over(sorted(blocked), worker_id=self.worker_id) if blocked else {}
+        blocked = Send.objects.blocked(ids)
+        handed = Send.objects.hand_over(blocked, worker_id=self.worker_id) if blocked else {}
         # A blocked row is never sent by us: suppressed if still ours, else (recovered, taken
         # over) left to its new holder, whose own check will see the opt-out.
-        return {i: handed[i] if i in blocked else Send.Status.SENDING
-                for i in ids if i not in blocked or i in handed}
+        return {i: handed.get(i, Send.Status.SENDING) for i in ids
+                if i in handed or i not in blocked}
 
-    def _record(self, outcomes: Sequence[Outcome], attempts: dict[int, int]) -> dict[int, str]:
+    def _record(self, batch: Batch, outcomes: Sequence[Outcome]) -> dict[int, str]:
         """Settle outcomes in the database; retried through an outage for as long as the lease
         lasts (past it, the rows are recovered as after a crash)."""
         def settle() -> dict[int, str]:
             with metrics.STATEMENT_SECONDS.labels("settle").time():
                 return Send.objects.settle(
-                    outcomes, worker_id=self.worker_id, attempts=attempts,
+                    outcomes, campaign_id=batch.campaign_id, worker_id=self.worker_id,
+                    attempts=batch.attempts,
                     max_attempts=self.max_attempts,
                     backoff_base=settings.SENDER_BACKOFF_BASE,
                     backoff_max=settings.SENDER_BACKOFF_MAX)
