@@ -35,9 +35,9 @@ test-pg: install
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test TEST_DATABASE_NAME=test_zylior_pg $(PY) -m pytest
 
 ## verify: the send protocol's Promela model checked exhaustively by spin (Debian: apt-get install
-## spin gcc), each known-bad change shown caught with its shortest counterexample, then a long run
-## of the stateful property test against the real database. A few minutes; VERIFY_ARGS=--long
-## adds 2 rows x 2 workers (about half an hour)
+## spin gcc), each known-bad change shown caught with its shortest counterexample, then the
+## stateful property test against the real database (PROTOCOL_EXAMPLES=300 PROTOCOL_RANDOM=1 to
+## search further). A few minutes; VERIFY_ARGS=--long adds 2 rows x 2 workers (about half an hour)
 verify: install
 	$(PY) verify/check.py $(VERIFY_ARGS)
 	PROTOCOL_EXAMPLES=$(or $(PROTOCOL_EXAMPLES),30) $(PY) -m pytest -q tests/test_protocol_stateful.py
