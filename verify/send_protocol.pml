@@ -156,7 +156,7 @@ inline properties() {
 
 /* -- settle (sends.sql) -- only a row still in this claim's hands (this worker, this attempt);
    one that went 'unknown' while it was slow, and that is now known sent, becomes 'sent'.
-   `seen`: the campaign's status as the statement read it (after `lock_campaigns_shared`, the
+   `seen`: the campaign's status as the statement read it (under the settle's FOR SHARE lock, the
    current one). */
 inline settle(r, outcome, who, attempt, seen) {
     printf("W%d settle row %d: %e, attempt %d\n", who, r, outcome, attempt);
@@ -353,7 +353,7 @@ settle_it:
     if :: CRASH :: skip fi;
 #endif
     atomic {
-        campaign_lock == 0 ->     /* -- lock_campaigns_shared (sends.sql) -- FOR SHARE */
+        campaign_lock == 0 ->     /* settle's `campaign` CTE: FOR SHARE */
 #if !MUT_UNLOCKED_CAMPAIGN_READ
         seen = campaign;
 #endif
@@ -379,7 +379,7 @@ end:
            pending_row[slot] != NONE ->
 #else
            pending_row[slot] != NONE && campaign_lock == 0 ->
-           seen = campaign;   /* -- lock_campaigns_shared (sends.sql) -- */
+           seen = campaign;   /* settle's `campaign` CTE: FOR SHARE */
 #endif
            settle(pending_row[slot], pending_outcome[slot], pending_by[slot],
                   pending_attempt[slot], seen);
