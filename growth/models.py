@@ -17,10 +17,12 @@ from growth import job_ids
 from growth.audience.addresses import parse_address
 from growth.managers.campaigns import CampaignManager
 from growth.managers.feedback import FeedbackEventManager
+from growth.managers.ledger import SendLedgerManager
 from growth.managers.limits import RateLimitManager
 from growth.managers.sends import SendManager
 from growth.managers.subscribers import SubscriberManager
 from growth.managers.suppressions import SuppressionManager
+from growth.managers.verdicts import VerdictManager
 from growth.managers.workers import HeartbeatManager
 from growth.sending.sender import MAX_DISPLAY_NAME, validate_display_name, validate_sender_address
 
@@ -182,6 +184,19 @@ class Campaign(models.Model):
     # Set when the engine paused the campaign because it cannot be sent as it is (its sender,
     # its templates, its transport); cleared by resume and by an operator's pause.
     pause_reason = models.TextField(db_default="", blank=True, editable=False)
+    # A follow-up ("resend to the rest"): its audience is what ``resend_of`` did not deliver,
+    # taken from it at build time (see SendManager.build_recipients). ``resend_root``: the first
+    # campaign of the chain, whose every member's addresses the "new subscribers" option excludes.
+    resend_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
+                                  related_name="follow_ups", editable=False)
+    resend_root = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="+", editable=False)
+    resend_unknown = models.BooleanField(
+        db_default=False, default=False, editable=False,
+        help_text="Also the recipients whose message may already have arrived (unknown).")
+    resend_new_subscribers = models.BooleanField(
+        db_default=False, default=False, editable=False,
+        help_text="Also subscribers who joined the audience after the original was built.")
     created_at = models.DateTimeField(db_default=Now(), editable=False)
     updated_at = models.DateTimeField(db_default=Now(), auto_now=True, editable=False)
 
@@ -244,10 +259,15 @@ class Send(models.Model):
     provider_message_id = models.CharField(max_length=255, db_default="", blank=True)
     last_error = models.TextField(db_default="", blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # The follow-up campaign this row's recipient was handed to (resend to the rest): from then
+    # on this row is never sent or retried here. No index: nothing looks rows up by it.
+    resent_in = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.PROTECT,
+                                  related_name="+", db_index=False)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
     objects = SendManager()
+    ledger = SendLedgerManager()
 
     class Meta:
         db_table = "growth_sends"
@@ -284,6 +304,32 @@ class Send(models.Model):
 def _parsed(raw: str) -> tuple[str, str]:
     address = parse_address(raw)
     return address.email, address.email_lower
+
+
+class SendVerdict(models.Model):
+    """A decision about a send whose outcome was in doubt (``unknown``), with who or what made
+    it and on which evidence: an operator, an ESP's delivery event, a relay's log. Written in the
+    same statement as the status change it records (see VerdictManager)."""
+
+    class Verdict(models.TextChoices):
+        SENT = "sent", "delivered (sent)"
+        FAILED = "failed", "not delivered (failed)"
+        RETRIED = "retried", "sent again with the same key (queued)"
+
+    send = models.ForeignKey(Send, on_delete=models.CASCADE, related_name="verdicts")
+    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    decided_by = models.CharField(max_length=200, help_text="An operator, or the tool and source.")
+    evidence = models.TextField(blank=True)
+    decided_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    objects = VerdictManager()
+
+    class Meta:
+        db_table = "growth_send_verdicts"
+        ordering = ["-decided_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.send_id}: {self.verdict} by {self.decided_by}"
 
 
 class RateLimit(models.Model):
