@@ -14,8 +14,23 @@ SELECT pg_try_advisory_xact_lock(hashtextextended('growth_sends.build:' || %(cam
        AS locked;
 
 -- still_unbuilt --
-SELECT 1 FROM growth_campaigns
+-- the campaign, if it still waits for its build; a follow-up names what it resends
+SELECT resend_of_id, coalesce(resend_root_id, resend_of_id) AS resend_root_id
+  FROM growth_campaigns
  WHERE id = %(campaign_id)s AND status = 'sending' AND recipients_built_at IS NULL;
+
+-- _in_audience --
+-- A subscriber row s that campaign c may mail: confirmed, in the campaign's segments (none
+-- chosen: every segment of the account), its address not suppressed by the tenant.
+(s.status = 'confirmed'
+ AND (NOT EXISTS (SELECT 1 FROM growth_campaigns_segments cs WHERE cs.campaign_id = c.id)
+      OR s.segment_id IN (SELECT cs.segment_id
+                            FROM growth_campaigns_segments cs
+                           WHERE cs.campaign_id = c.id))
+ AND NOT EXISTS (SELECT 1
+                   FROM growth_suppressions x
+                  WHERE x.account_id = c.account_id
+                    AND x.email_lower = s.email_lower))
 
 -- build_recipients --
 -- One row per address: the oldest eligible subscriber row stands for it. ON CONFLICT covers both
@@ -28,14 +43,65 @@ SELECT DISTINCT ON (s.email_lower)
   FROM growth_campaigns c
   JOIN growth_subscribers s ON s.account_id = c.account_id
  WHERE c.id = %(campaign_id)s
-   AND s.status = 'confirmed'
-   AND (NOT EXISTS (SELECT 1 FROM growth_campaigns_segments cs WHERE cs.campaign_id = c.id)
-        OR s.segment_id IN (SELECT cs.segment_id
-                              FROM growth_campaigns_segments cs
-                             WHERE cs.campaign_id = c.id))
+   AND {{ _in_audience }}
+ ORDER BY s.email_lower, s.created_at, s.id
+ON CONFLICT DO NOTHING;
+
+-- lock_resend_family --
+-- A follow-up's build, step 1: one build at a time per chain of follow-ups (the original and
+-- every follow-up of it), so that two follow-ups built at once cannot both add the same new
+-- subscriber. Waits rather than skips: the second build must see what the first added.
+SELECT pg_advisory_xact_lock(hashtextextended('growth_sends.resend:' || %(root_id)s, 0));
+
+-- take_from_original --
+-- Step 2: the recipients the campaign it resends did not deliver to become this campaign's, in
+-- one statement that also marks them taken (resent_in) in the original: failed and cancelled
+-- rows, queued ones (cancelled there, so the original never sends them), and unknown ones only if
+-- the operator chose to (their message may have arrived: the risk of a duplicate was accepted).
+-- Never a sent row, never one on the wire (sending): the UPDATE locks each row it takes and
+-- re-checks these conditions on its newest version, so a claim or a late settle of the original
+-- committed meanwhile wins and the row is left out; a row taken here is locked until this build
+-- commits, and no claim (SKIP LOCKED, then status = 'queued') or retry (resent_in IS NULL) of the
+-- original can take it back. Suppressions and subscriber status are re-checked as in any build.
+WITH taken AS (
+    UPDATE growth_sends s
+       SET resent_in_id = f.id,
+           status = CASE WHEN s.status = 'queued' THEN 'cancelled' ELSE s.status END,
+           next_attempt_at = NULL,
+           updated_at = now()
+      FROM growth_campaigns f
+     WHERE f.id = %(campaign_id)s
+       AND s.campaign_id = f.resend_of_id
+       AND s.resent_in_id IS NULL
+       AND (s.status IN ('failed', 'cancelled', 'queued')
+            OR (s.status = 'unknown' AND f.resend_unknown))
+       AND NOT {{ _blocked }}
+    RETURNING s.account_id, s.subscriber_id, s.email, s.email_lower
+)
+INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower)
+SELECT %(campaign_id)s, account_id, subscriber_id, email, email_lower
+  FROM taken
+ON CONFLICT DO NOTHING;
+
+-- build_new_subscribers --
+-- Step 3, if the operator asked for it: subscribers of the follow-up's audience whose address
+-- no campaign of the chain has a row for (they joined after the original was built), one row
+-- per address as in build_recipients. The chain's rows are probed per campaign through
+-- (campaign_id, email_lower).
+INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower)
+SELECT DISTINCT ON (s.email_lower)
+       c.id, c.account_id, s.id, s.email, s.email_lower
+  FROM growth_campaigns c
+  JOIN growth_subscribers s ON s.account_id = c.account_id
+ WHERE c.id = %(campaign_id)s
+   AND c.resend_new_subscribers
+   AND {{ _in_audience }}
    AND NOT EXISTS (SELECT 1
-                     FROM growth_suppressions x
-                    WHERE x.account_id = c.account_id
+                     FROM growth_sends x
+                    WHERE x.campaign_id IN (SELECT m.id
+                                              FROM growth_campaigns m
+                                             WHERE m.id = %(root_id)s
+                                                OR m.resend_root_id = %(root_id)s)
                       AND x.email_lower = s.email_lower)
  ORDER BY s.email_lower, s.created_at, s.id
 ON CONFLICT DO NOTHING;
@@ -260,6 +326,7 @@ WITH requeued AS (
       FROM growth_campaigns c
      WHERE s.id = ANY(%(ids)s)
        AND s.status = 'unknown'
+       AND s.resent_in_id IS NULL  -- handed to a follow-up: it sends the message, not this one
        AND c.id = s.campaign_id
        AND c.status IN ('sending', 'paused', 'sent')
     RETURNING s.id, s.campaign_id
@@ -290,3 +357,32 @@ SELECT c.id AS campaign_id, c.name AS campaign_name, s.status, s.sent_at, s.upda
   JOIN growth_sends s ON s.campaign_id = c.id AND s.email_lower = %(email_lower)s
  WHERE c.account_id = %(account_id)s
  ORDER BY c.created_at DESC, c.id DESC;
+
+-- resend_audience --
+-- What a follow-up of this campaign would take, counted without building it: the rows not sent,
+-- by status, whether a follow-up already took them, and whether an opt-out (or an unconfirmed
+-- subscriber) now blocks them. Served by (campaign_id, status, sent_at).
+SELECT s.status,
+       s.resent_in_id IS NOT NULL AS taken,
+       {{ _blocked }} AS blocked,
+       count(*) AS rows
+  FROM growth_sends s
+ WHERE s.campaign_id = %(campaign_id)s
+   AND s.status <> 'sent'
+ GROUP BY 1, 2, 3;
+
+-- new_subscribers_since --
+-- Addresses of the campaign's audience that no campaign of its chain has a row for: what a
+-- follow-up's "new subscribers" option would add (build_new_subscribers, counted).
+SELECT count(DISTINCT s.email_lower) AS addresses
+  FROM growth_campaigns c
+  JOIN growth_subscribers s ON s.account_id = c.account_id
+ WHERE c.id = %(campaign_id)s
+   AND {{ _in_audience }}
+   AND NOT EXISTS (SELECT 1
+                     FROM growth_sends x
+                    WHERE x.campaign_id IN (SELECT m.id
+                                              FROM growth_campaigns m
+                                             WHERE m.id = %(root_id)s
+                                                OR m.resend_root_id = %(root_id)s)
+                      AND x.email_lower = s.email_lower);
