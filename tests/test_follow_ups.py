@@ -311,3 +311,19 @@ def test_builder_killed_mid_build_then_rebuilt_sends_the_rest_once(smtp_server):
     assert set(keys.values()) == {1}
     sent_addresses = {a.recipient.lower() for a in smtp_server.handler.accepted}
     assert len(smtp_server.handler.accepted) == len(sent_addresses) == 30  # each address once
+
+
+@pytest.mark.django_db
+def test_an_unknown_row_a_follow_up_took_is_never_retried_in_the_original():
+    from growth.operations.unknown_sends import retry_unknown
+
+    original, ledger = paused_with(["unknown", "unknown"])
+    follow_up = create_follow_up(campaign_id=original.id, include_unknown=True, name="Again")
+    Suppression.objects.create(account=original.account, email_lower=sorted(ledger)[1])
+    build(follow_up)
+    ids = list(Send.objects.filter(campaign=original).order_by("email_lower").values_list("id", flat=True))
+    review = retry_unknown(send_ids=ids)
+    # the taken row stays unknown (the follow-up sends it); the opted-out one was not taken: it
+    # may be retried, and the claim's opt-out check will stop it
+    assert review.changed == 1
+    assert review.skipped == {"handed to the follow-up “Again”, which sends it instead": 1}

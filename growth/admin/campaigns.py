@@ -13,6 +13,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
+from growth.admin.follow_ups import FollowUpAdminMixin
 from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin
 from growth.models import Campaign, Send
 from growth.operations.campaigns import (
@@ -22,6 +23,7 @@ from growth.operations.campaigns import (
     pause_campaign,
     resume_campaign,
 )
+from growth.operations.follow_ups import resend_refusal
 from growth.operations.previews import SendTestFailed, preview_campaign, send_test_message
 
 CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segments"]
@@ -63,14 +65,14 @@ class CampaignForm(forms.ModelForm):
 
 
 @admin.register(Campaign)
-class CampaignAdmin(TenantScopedAdmin):
+class CampaignAdmin(FollowUpAdminMixin, TenantScopedAdmin):
     form = CampaignForm
     list_display = ["name", "account", "state", "scheduled_for", "progress"]
     list_filter = ["status", ("account", ScopedRelatedFilter)]
     list_select_related = ["account"]
     search_fields = ["name"]
     filter_horizontal = ["segments"]
-    actions = ["approve", "pause", "resume", "cancel", "send_test_to_me"]
+    actions = ["approve", "pause", "resume", "cancel", "send_test_to_me", "clone"]
     change_form_template = "growth/admin/campaign_change_form.html"
 
     class Media:
@@ -86,15 +88,15 @@ class CampaignAdmin(TenantScopedAdmin):
         ]
         if obj is not None:
             fieldsets.append(("Progress", {"fields": ["progress_detail", "recipients_built_at",
-                                                      "started_at", "finished_at"]}))
+                                                      "started_at", "finished_at", "resend_links"]}))
         return fieldsets
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ENGINE_FIELDS
         if obj.status == Campaign.Status.DRAFT:
-            return [*ENGINE_FIELDS, "account"]
-        return [*ENGINE_FIELDS, "account", *CONTENT_FIELDS]
+            return [*ENGINE_FIELDS, "account", "resend_links"]
+        return [*ENGINE_FIELDS, "account", *CONTENT_FIELDS, "resend_links"]
 
     # --- the list: one aggregate query for the whole page ----------------------------------
 
@@ -167,6 +169,9 @@ class CampaignAdmin(TenantScopedAdmin):
         if obj is not None:
             context["sends_url"] = _sends_url(obj.id)
             context["send_test_url"] = reverse("admin:growth_campaign_send_test", args=[obj.pk])
+            if (resend_refusal(obj) is None and self.has_add_permission(request)
+                    and self.has_change_permission(request, obj)):
+                context["resend_url"] = reverse("admin:growth_campaign_resend", args=[obj.pk])
             try:
                 context["preview"] = preview_campaign(campaign_id=obj.id)
             except ValidationError as exc:
@@ -177,6 +182,7 @@ class CampaignAdmin(TenantScopedAdmin):
         return [
             path("<path:object_id>/send-test/", self.admin_site.admin_view(self.send_test_view),
                  name="growth_campaign_send_test"),
+            *self.follow_up_urls(),
             *super().get_urls(),
         ]
 

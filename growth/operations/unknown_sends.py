@@ -37,9 +37,12 @@ def _skipped(send_ids: Sequence[int], moved: set[int], *,
     if not left:
         return {}
     skipped: dict[str, int] = {}
-    rows = Send.objects.filter(id__in=left).values_list("status", "campaign__status")
-    for status, campaign_status in rows:
-        if status == Send.Status.UNKNOWN and campaign_cancelled:
+    rows = Send.objects.filter(id__in=left).values_list("status", "campaign__status",
+                                                          "resent_in__name")
+    for status, campaign_status, follow_up in rows:
+        if status == Send.Status.UNKNOWN and follow_up and campaign_cancelled:
+            why = f"handed to the follow-up “{follow_up}”, which sends it instead"
+        elif status == Send.Status.UNKNOWN and campaign_cancelled:
             why = f"its campaign is {campaign_status}"
         else:
             why = f"{status}, not unknown"

@@ -1,0 +1,89 @@
+"""The admin's recovery tools: "Resend to the rest…" (a confirmation page with the counts, then a
+draft, each step in History) and "Clone", scoped to the operator's tenants."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.urls import reverse
+from django.utils import timezone
+
+from growth.models import Campaign, Send
+from growth.operations.campaigns import pause_campaign
+from tests.helpers import texts
+from tests.scenarios import operator, sending_campaign
+
+pytestmark = pytest.mark.django_db
+
+
+def resend_url(campaign) -> str:
+    return reverse("admin:growth_campaign_resend", args=[campaign.pk])
+
+
+def paused(tenant, statuses: list[str]) -> Campaign:
+    campaign = sending_campaign(count=len(statuses), account=tenant, name="Spring sale")
+    pause_campaign(campaign_id=campaign.id)
+    for row, status in zip(Send.objects.filter(campaign=campaign).order_by("id"), statuses,
+                           strict=True):
+        Send.objects.filter(id=row.id).update(
+            status=status, lease_expires_at=timezone.now() if status == "sending" else None)
+    campaign.refresh_from_db()
+    return campaign
+
+
+def test_the_confirmation_page_counts_who_the_follow_up_would_reach(client, staff, tenant):
+    campaign = paused(tenant, ["sent", "failed", "failed", "queued", "unknown", "sending"])
+    page = client.get(reverse("admin:growth_campaign_change", args=[campaign.pk]))
+    assert resend_url(campaign) in page.content.decode()
+    response = client.get(resend_url(campaign))
+    assert response.status_code == 200
+    counted = response.context["counted"]
+    assert counted.takeable == {"failed": 2, "queued": 1, "unknown": 1}
+    assert counted.in_flight == 1
+    assert "would reach 3 recipients" in response.content.decode()
+    assert not Campaign.objects.filter(resend_of=campaign).exists()  # a GET creates nothing
+
+
+def test_confirming_creates_a_draft_and_leaves_history_on_both(client, staff, tenant):
+    campaign = paused(tenant, ["sent", "failed"])
+    response = client.post(resend_url(campaign), {"name": "Spring sale, again",
+                                                  "include_unknown": "on"})
+    follow_up = Campaign.objects.get(resend_of=campaign)
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:growth_campaign_change", args=[follow_up.pk])
+    assert (follow_up.name, follow_up.status, follow_up.resend_unknown,
+            follow_up.resend_new_subscribers) == ("Spring sale, again", "draft", True, False)
+    entries = LogEntry.objects.filter(user=staff).order_by("id")
+    assert [(e.object_id, e.action_flag) for e in entries] == [
+        (str(follow_up.pk), 1), (str(campaign.pk), 2)]
+    assert "unknown included: True" in entries[0].change_message
+    page = client.get(response["Location"]).content.decode()
+    assert "follow-up of" in page and "Spring sale" in page
+
+
+def test_a_campaign_still_sending_is_refused_with_the_reason(client, staff, tenant):
+    campaign = sending_campaign(count=2, account=tenant)
+    response = client.get(resend_url(campaign), follow=True)
+    assert any("only a sent, cancelled or paused" in t for t in texts(response))
+    assert not Campaign.objects.filter(resend_of=campaign).exists()
+
+
+def test_another_tenants_campaign_is_a_404_and_a_viewer_is_refused(client, tenant, other_tenant):
+    theirs = paused(other_tenant, ["failed"])
+    mine = paused(tenant, ["failed"])
+    client.force_login(operator(tenant))
+    assert client.get(resend_url(theirs)).status_code == 404
+    assert client.post(resend_url(theirs), {"name": "x"}).status_code == 404
+    client.force_login(operator(viewer_of=(tenant,)))
+    assert client.post(resend_url(mine), {"name": "x"}).status_code == 403
+    assert not Campaign.objects.filter(resend_of__isnull=False).exists()
+
+
+def test_clone_makes_drafts_with_history(client, staff, tenant):
+    campaign = paused(tenant, ["sent"])
+    response = client.post(reverse("admin:growth_campaign_changelist"),
+                           {"action": "clone", "_selected_action": [campaign.pk]}, follow=True)
+    clone = Campaign.objects.get(name="Copy of Spring sale")
+    assert clone.status == "draft" and clone.resend_of_id is None
+    assert any("1 draft created" in t for t in texts(response))
+    assert LogEntry.objects.get(object_id=str(clone.pk)).change_message.startswith("Clone of")
