@@ -193,7 +193,7 @@ class Campaign(models.Model):
                                     related_name="+", editable=False)
     resend_unknown = models.BooleanField(
         db_default=False, default=False, editable=False,
-        help_text="Also the recipients whose message may already have arrived (unknown).")
+        help_text="Also the recipients in doubt, whose message may already have arrived.")
     resend_new_subscribers = models.BooleanField(
         db_default=False, default=False, editable=False,
         help_text="Also subscribers who joined the audience after the original was built.")

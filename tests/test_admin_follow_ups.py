@@ -38,7 +38,7 @@ def test_the_confirmation_page_counts_who_the_follow_up_would_reach(client, staf
     response = client.get(resend_url(campaign))
     assert response.status_code == 200
     counted = response.context["counted"]
-    assert counted.takeable == {"failed": 2, "queued": 1, "unknown": 1}
+    assert counted.takeable == {"failed": 2, "queued": 1, "in_doubt": 1}
     assert counted.in_flight == 1
     assert "would reach 3 recipients" in response.content.decode()
     assert not Campaign.objects.filter(resend_of=campaign).exists()  # a GET creates nothing

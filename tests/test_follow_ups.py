@@ -327,3 +327,32 @@ def test_an_unknown_row_a_follow_up_took_is_never_retried_in_the_original():
     # may be retried, and the claim's opt-out check will stop it
     assert review.changed == 1
     assert review.skipped == {"handed to the follow-up “Again”, which sends it instead": 1}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("include_in_doubt", [False, True])
+def test_a_row_queued_again_after_a_lost_worker_is_in_doubt(include_in_doubt):
+    """Idempotent receiver: a handed-over row whose lease ran out is queued again, to be retried
+    with the same key, which the receiver would absorb. A follow-up's key is another: that
+    recipient is in doubt. A row the receiver refused (transient) is not."""
+    from growth.sending.transports.base import Outcome
+
+    original = sending_campaign(count=3)
+    lost, refused, untouched = Send.objects.filter(campaign=original).order_by("id")
+    claimed = Send.objects.claim(worker_id="w", batch_size=2, lease=60, hand_over=True)
+    assert [c.id for c in claimed] == [lost.id, refused.id]
+    Send.objects.settle([Outcome(refused.id, Outcome.TRANSIENT, error="451 later")],
+                        campaign_id=original.id, worker_id="w", attempts={refused.id: 1},
+                        max_attempts=5, backoff_base=1, backoff_max=1)
+    Send.objects.filter(id=lost.id).update(lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+    assert [r.status for r in Send.objects.recover_expired(idempotent=True, max_attempts=5)] == [
+        "queued"]
+    pause_campaign(campaign_id=original.id)
+    counted = resend_audience(original)
+    assert counted.takeable == {"queued": 2, "in_doubt": 1}
+    follow_up = create_follow_up(campaign_id=original.id, include_unknown=include_in_doubt)
+    expected = {refused.email_lower, untouched.email_lower}
+    if include_in_doubt:
+        expected.add(lost.email_lower)
+    assert build(follow_up) == len(expected)
+    assert addresses(follow_up) == expected

@@ -57,7 +57,9 @@ class AddressHistory(FromRow):
 class ResendAudience:
     """Who a follow-up of a campaign would take, counted without building it."""
 
-    takeable: dict[str, int]  # status in the original -> rows a follow-up would take
+    # status in the original -> rows a follow-up would take; 'in_doubt': unknown, or queued
+    # again after a lost worker (taken only if asked)
+    takeable: dict[str, int]
     blocked: int  # not sent, but opted out or no longer confirmed: never taken
     already_resent: int  # taken by an earlier follow-up
     in_flight: int  # on the wire in the original right now: not taken (may still be delivered)
@@ -65,7 +67,7 @@ class ResendAudience:
 
     def total(self, *, include_unknown: bool, include_new_subscribers: bool) -> int:
         return (sum(n for status, n in self.takeable.items()
-                    if include_unknown or status != "unknown")
+                    if include_unknown or status != "in_doubt")
                 + (self.new_subscribers if include_new_subscribers else 0))
 
 

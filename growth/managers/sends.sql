@@ -53,11 +53,18 @@ ON CONFLICT DO NOTHING;
 -- subscriber. Waits rather than skips: the second build must see what the first added.
 SELECT pg_advisory_xact_lock(hashtextextended('growth_sends.resend:' || %(root_id)s, 0));
 
+-- _in_doubt --
+-- A row s of a campaign whose message may have arrived although the row does not say 'sent'.
+(s.status = 'unknown' OR (s.status = 'queued' AND s.handed_over_at IS NOT NULL))
+
 -- take_from_original --
 -- Step 2: the recipients the campaign it resends did not deliver to become this campaign's, in
 -- one statement that also marks them taken (resent_in) in the original: failed and cancelled
--- rows, queued ones (cancelled there, so the original never sends them), and unknown ones only if
--- the operator chose to (their message may have arrived: the risk of a duplicate was accepted).
+-- rows, queued ones (cancelled there, so the original never sends them), and rows in doubt only
+-- if the operator chose to (their message may have arrived: the risk of a duplicate was
+-- accepted). In doubt: unknown, or queued again after its worker's lease ran out while the
+-- message was handed over (an idempotent receiver would absorb the original's retry, which
+-- carries the same key; the follow-up's carries another, and a stalled worker may still deliver).
 -- Never a sent row, never one on the wire (sending): the UPDATE locks each row it takes and
 -- re-checks these conditions on its newest version, so a claim or a late settle of the original
 -- committed meanwhile wins and the row is left out; a row taken here is locked until this build
@@ -73,8 +80,9 @@ WITH taken AS (
      WHERE f.id = %(campaign_id)s
        AND s.campaign_id = f.resend_of_id
        AND s.resent_in_id IS NULL
-       AND (s.status IN ('failed', 'cancelled', 'queued')
-            OR (s.status = 'unknown' AND f.resend_unknown))
+       AND (s.status IN ('failed', 'cancelled')
+            OR (s.status = 'queued' AND s.handed_over_at IS NULL)
+            OR (f.resend_unknown AND {{ _in_doubt }}))
        AND NOT {{ _blocked }}
     RETURNING s.account_id, s.subscriber_id, s.email, s.email_lower
 )
@@ -224,6 +232,9 @@ UPDATE growth_sends s
            THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ (s.attempts - 1),
                                                     %(backoff_max)s) * (0.9 + random() * 0.2)) END,
        lease_expires_at = NULL,
+       -- a refused attempt is known not delivered: queued again, the row is not in doubt (a
+       -- follow-up may take it; see take_from_original)
+       handed_over_at = CASE WHEN r.outcome = 'transient' THEN NULL ELSE s.handed_over_at END,
        updated_at = now()
   FROM campaign c,
        unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
@@ -362,7 +373,7 @@ SELECT c.id AS campaign_id, c.name AS campaign_name, s.status, s.sent_at, s.upda
 -- What a follow-up of this campaign would take, counted without building it: the rows not sent,
 -- by status, whether a follow-up already took them, and whether an opt-out (or an unconfirmed
 -- subscriber) now blocks them. Served by (campaign_id, status, sent_at).
-SELECT s.status,
+SELECT CASE WHEN {{ _in_doubt }} THEN 'in_doubt' ELSE s.status END AS status,
        s.resent_in_id IS NOT NULL AS taken,
        {{ _blocked }} AS blocked,
        count(*) AS rows

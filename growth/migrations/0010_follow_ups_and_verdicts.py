@@ -30,7 +30,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='campaign',
             name='resend_unknown',
-            field=models.BooleanField(db_default=False, default=False, editable=False, help_text='Also the recipients whose message may already have arrived (unknown).'),
+            field=models.BooleanField(db_default=False, default=False, editable=False, help_text='Also the recipients in doubt, whose message may already have arrived.'),
         ),
         migrations.AddField(
             model_name='send',
