@@ -65,25 +65,32 @@ SELECT pg_advisory_xact_lock(hashtextextended('growth_sends.resend:' || %(root_i
 -- accepted). In doubt: unknown, or queued again after its worker's lease ran out while the
 -- message was handed over (an idempotent receiver would absorb the original's retry, which
 -- carries the same key; the follow-up's carries another, and a stalled worker may still deliver).
--- Never a sent row, never one on the wire (sending): the UPDATE locks each row it takes and
--- re-checks these conditions on its newest version, so a claim or a late settle of the original
--- committed meanwhile wins and the row is left out; a row taken here is locked until this build
--- commits, and no claim (SKIP LOCKED, then status = 'queued') or retry (resent_in IS NULL) of the
--- original can take it back. Suppressions and subscriber status are re-checked as in any build.
-WITH taken AS (
-    UPDATE growth_sends s
-       SET resent_in_id = f.id,
-           status = CASE WHEN s.status = 'queued' THEN 'cancelled' ELSE s.status END,
-           next_attempt_at = NULL,
-           updated_at = now()
-      FROM growth_campaigns f
-     WHERE f.id = %(campaign_id)s
-       AND s.campaign_id = f.resend_of_id
-       AND s.resent_in_id IS NULL
+-- Never a sent row, never one on the wire (sending): each row is locked (FOR NO KEY UPDATE, in
+-- id order) and these conditions re-checked on its newest version, so a claim or a late settle
+-- of the original committed meanwhile wins and the row is left out; a row taken here stays locked
+-- until this build commits, and no claim (SKIP LOCKED, then status = 'queued') or retry
+-- (resent_in IS NULL) of the original can take it back. Suppressions and subscriber status are
+-- re-checked as in any build.
+WITH candidates AS (  -- locked in id order, as every statement that locks several rows of a
+                     -- campaign does: two of them wait for each other instead of deadlocking
+    SELECT s.id, f.id AS follow_up_id
+      FROM growth_sends s
+      JOIN growth_campaigns f ON f.id = %(campaign_id)s AND s.campaign_id = f.resend_of_id
+     WHERE s.resent_in_id IS NULL
        AND (s.status IN ('failed', 'cancelled')
             OR (s.status = 'queued' AND s.handed_over_at IS NULL)
             OR (f.resend_unknown AND {{ _in_doubt }}))
        AND NOT {{ _blocked }}
+     ORDER BY s.id
+       FOR NO KEY UPDATE OF s
+), taken AS (
+    UPDATE growth_sends s
+       SET resent_in_id = c.follow_up_id,
+           status = CASE WHEN s.status = 'queued' THEN 'cancelled' ELSE s.status END,
+           next_attempt_at = NULL,
+           updated_at = now()
+      FROM candidates c
+     WHERE s.id = c.id
     RETURNING s.account_id, s.subscriber_id, s.email, s.email_lower
 )
 INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower)
