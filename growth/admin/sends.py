@@ -2,14 +2,16 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.template.defaultfilters import truncatechars
+from django.template.defaultfilters import linebreaksbr, truncatechars
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils import timezone
+from django.utils.formats import localize
+from django.utils.html import format_html, format_html_join
 
 from growth.admin.scoping import ReadOnlyAdmin, ScopedRelatedFilter, TenantScopedAdmin
 from growth.audience.addresses import parse_address
 from growth.job_ids import parse_job_id
-from growth.models import Campaign, Send
+from growth.models import Campaign, Send, SendVerdict
 from growth.operations.unknown_sends import Review, mark_delivered, retry_unknown
 from growth.tenancy import may_edit, scoped
 
@@ -31,7 +33,7 @@ class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
     actions = ["retry_same_key", "mark_as_delivered"]
 
     def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in self.opts.fields]
+        return [field.name for field in self.opts.fields] + ["verdict_history"]
 
     def has_review_permission(self, request):
         """May decide about 'unknown' rows (the actions below)."""
@@ -63,6 +65,18 @@ class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
     @admin.display(description="last error")
     def error(self, obj):
         return truncatechars(obj.last_error, 80)
+
+    @admin.display(description="verdicts")
+    def verdict_history(self, obj):
+        """Who or what settled this send while it was in doubt, when, and on which evidence."""
+        found = SendVerdict.objects.of_send(obj.pk)
+        if not found:
+            return "—"
+        rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
+            (localize(timezone.localtime(v.decided_at)), v.get_verdict_display(), v.decided_by,
+             linebreaksbr(v.evidence)) for v in found))
+        return format_html("<table><tr><th>decided at</th><th>verdict</th><th>by</th>"
+                           "<th>evidence</th></tr>{}</table>", rows)
 
     @admin.action(description="Retry selected unknown sends (same key) → queued",
                   permissions=["review"])

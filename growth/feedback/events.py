@@ -10,6 +10,10 @@ The tenant is never taken from the payload: it is the account of the send the ev
 our ledger (``attribute``). An event that names no send of ours, or contradicts the one it
 names, is recorded unattributed and suppresses nothing; one with no usable address is logged
 and dropped. Either way anymail answers 200 and the ESP does not post it again.
+
+An event about a send in doubt ('unknown': its worker died after handing it over) also settles
+it, with the event as evidence (``growth.reconcile.esp``): a delivery or the ESP's acceptance
+'sent', a bounce or a refusal 'failed'. Deliveries about any other send are ignored, as before.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from growth.feedback.bounces import classify_event
 from growth.job_ids import parse_job_id, parse_message_id
 from growth.managers.feedback import Attribution, SendRecord
 from growth.models import FeedbackEvent, Subscriber, Suppression
+from growth.reconcile.esp import settle_in_doubt, settles_as
 
 logger = logging.getLogger("growth.feedback")  # one name for the webhooks and the events
 
@@ -37,6 +42,7 @@ _UNSUBSCRIBING = {Suppression.Reason.UNSUBSCRIBED, Suppression.Reason.COMPLAINED
 
 class Handled(StrEnum):
     IGNORED = "ignored"  # not feedback we keep (delivered, opened…)
+    SETTLED = "settled"  # a delivery that settled a send in doubt (nothing else kept)
     UNATTRIBUTED = "unattributed"  # recorded without a tenant: it names no send of ours
     BAD_ADDRESS = "bad_address"  # no usable recipient
     DUPLICATE = "duplicate"  # already recorded
@@ -61,12 +67,18 @@ def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Handled:
     """Record one event and suppress what it calls for; return what happened."""
     context = _context(esp_name, event)
     verdict = classify_event(esp_name, event)
-    if verdict is None:
+    if verdict is None and settles_as(event) is None:
         logger.debug("feedback event ignored", extra=context)
         return Handled.IGNORED
     email_lower = _email_lower(event.recipient)
     attribution = attribute(event, email_lower)
     send = attribution.send
+    if verdict is None:
+        # a delivery (or the ESP's acceptance): news only about a send in doubt
+        if send is not None and _settle(esp_name, event, send, context):
+            return Handled.SETTLED
+        logger.debug("feedback event ignored", extra=context)
+        return Handled.IGNORED
     email_lower = email_lower or (send and send.email_lower)
     if email_lower is None:
         logger.warning("feedback event without a usable recipient; dropped", extra=context)
@@ -85,6 +97,7 @@ def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Handled:
             logger.warning("feedback event not attributed (%s); recorded, nothing suppressed",
                            attribution.unattributed_because, extra=context)
             return Handled.UNATTRIBUTED
+        _settle(esp_name, event, send, context)
         if suppress is None:
             logger.info("feedback event recorded", extra=context)
             return Handled.RECORDED
@@ -96,6 +109,15 @@ def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Handled:
     logger.info("feedback event suppressed the address",
                 extra={**context, "account_id": send.account_id, "reason": suppress})
     return Handled.SUPPRESSED
+
+
+def _settle(esp_name: str, event: AnymailTrackingEvent, send: SendRecord,
+            context: dict[str, object]) -> bool:
+    settled = settle_in_doubt(esp_name=esp_name, event=event, send=send)
+    if settled:
+        logger.info("feedback event settled a send in doubt",
+                    extra={**context, "send_id": send.send_id, "verdict": settled})
+    return settled is not None
 
 
 def attribute(event: AnymailTrackingEvent, email_lower: str | None) -> Attribution:

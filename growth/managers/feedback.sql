@@ -3,13 +3,13 @@
 
 -- send_by_job --
 -- through the unique (subscriber, campaign) index (growth.job_ids parses the job id)
-SELECT id AS send_id, account_id, campaign_id, email_lower
+SELECT id AS send_id, account_id, campaign_id, email_lower, status
   FROM growth_sends
  WHERE campaign_id = %(campaign_id)s AND subscriber_id = %(subscriber_id)s;
 
 -- send_by_provider_id --
 -- Two rows with one provider id would be the provider's mistake: the caller takes only one.
-SELECT id AS send_id, account_id, campaign_id, email_lower
+SELECT id AS send_id, account_id, campaign_id, email_lower, status
   FROM growth_sends
  WHERE provider_message_id = %(message_id)s AND provider_message_id <> ''
  LIMIT 2;
