@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from growth.models import Campaign, Send
+from growth.models import Campaign, Send, SendVerdict
 from tests.helpers import texts
 from tests.scenarios import (
     finished_campaign_with_unknown_rows,
@@ -86,13 +86,16 @@ def test_retry_same_key_requeues_unknown_rows_only_and_reopens_a_finished_campai
     messages = texts(act(client, "retry_same_key", [*lost, *sent]))
     assert messages == [
         "2 sends queued again with the same key.",
-        "2 left alone: not unknown (only unknown sends can be retried or marked as delivered).",
+        "2 left alone: not unknown (only unknown sends can be retried or marked).",
         "1 finished campaign(s) went back to sending so that the worker sends these rows.",
     ]
     assert statuses(campaign) == {"queued": 2, "sent": 2}
     campaign.refresh_from_db()
     assert campaign.status == "sending"
     assert texts(act(client, "retry_same_key", lost))[0] == "0 sends queued again with the same key."
+    verdicts = SendVerdict.objects.filter(send_id__in=lost)
+    assert {(v.verdict, v.decided_by) for v in verdicts} == {("retried", f"operator {staff.username}")}
+    assert verdicts.count() == 2  # the second retry moved nothing, and recorded nothing
 
 
 def test_mark_as_delivered_moves_unknown_rows_to_sent(client, staff, tenant):
@@ -139,3 +142,13 @@ def test_the_decisions_need_the_csrf_token(tenant):
     response = client.post(CHANGELIST, {"action": "retry_same_key", "_selected_action": lost})
     assert response.status_code == 403
     assert statuses(campaign) == {"unknown": 1}
+
+
+def test_mark_as_not_delivered_fails_unknown_rows_with_a_verdict_shown_on_the_send(client, staff, tenant):
+    sending_campaign(count=3, account=tenant)
+    lost = make_unknown(2)
+    messages = texts(act(client, "mark_as_not_delivered", lost))
+    assert messages == ["2 sends marked as not delivered (a follow-up campaign can resend them)."]
+    assert set(Send.objects.filter(id__in=lost).values_list("status", flat=True)) == {"failed"}
+    page = client.get(reverse("admin:growth_send_change", args=[lost[0]])).content.decode()
+    assert f"operator {staff.username}" in page and "marked not delivered by an operator" in page

@@ -106,7 +106,9 @@ def test_mark_delivered_records_the_row_as_sent_and_leaves_the_campaign_alone():
     assert review.changed == 2 and review.reopened_campaigns == []
     for row in Send.objects.filter(id__in=lost):
         assert row.status == "sent" and row.sent_at is not None
-        assert row.last_error.startswith("marked delivered by an operator after:")
+        assert row.last_error.startswith("marked sent by an operator after:")
+        [verdict] = row.verdicts.all()
+        assert (verdict.verdict, verdict.decided_by) == ("sent", "an operator")
     campaign.refresh_from_db()
     assert campaign.status == "sent"
 

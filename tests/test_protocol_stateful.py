@@ -34,7 +34,7 @@ from hypothesis.stateful import (
 
 from growth.job_ids import job_id
 from growth.managers.sends import Claimed
-from growth.models import Account, Campaign, Send, Subscriber, Suppression
+from growth.models import Account, Campaign, Send, SendVerdict, Subscriber, Suppression
 from growth.operations.campaigns import approve_campaign
 from growth.sending.transports import BaseTransport, Delivery, Outcome
 from growth.sending.worker import Worker
@@ -298,7 +298,8 @@ class SendProtocol(RuleBasedStateMachine):
                         .order_by("id").values_list("id", "job_id").first())
         if decision == "retry":
             self.retried[job] += len(Send.objects.retry_unknown([send_id]))
-        elif Send.objects.mark_delivered([send_id]):
+        elif SendVerdict.objects.settle_unknown({send_id: "test"}, verdict="sent",
+                                                decided_by="the operator"):
             self.marked_delivered.add(job)
         note(f"the operator's {decision}: {self.address_of[job]}")
 

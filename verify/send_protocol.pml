@@ -507,7 +507,7 @@ end:
            properties();
            r = NONE
        }
-    /* -- mark_delivered (sends.sql) -- */
+    /* -- settle_unknown (verdicts.sql), verdict 'sent': an operator's "mark delivered" -- */
     :: atomic {
            if
            EACH_ROW(MARKABLE, r)

@@ -12,7 +12,12 @@ from growth.admin.scoping import ReadOnlyAdmin, ScopedRelatedFilter, TenantScope
 from growth.audience.addresses import parse_address
 from growth.job_ids import parse_job_id
 from growth.models import Campaign, Send, SendVerdict
-from growth.operations.unknown_sends import Review, mark_delivered, retry_unknown
+from growth.operations.unknown_sends import (
+    Review,
+    mark_delivered,
+    mark_not_delivered,
+    retry_unknown,
+)
 from growth.tenancy import may_edit, scoped
 
 
@@ -30,7 +35,7 @@ class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
     ordering = ["-id"]
     show_full_result_count = False  # one COUNT per page is enough on a table of millions
     show_facets = admin.ShowFacets.NEVER
-    actions = ["retry_same_key", "mark_as_delivered"]
+    actions = ["retry_same_key", "mark_as_delivered", "mark_as_not_delivered"]
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in self.opts.fields] + ["verdict_history"]
@@ -82,7 +87,7 @@ class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
                   permissions=["review"])
     def retry_same_key(self, request, queryset):
         unknown, others = _split(queryset)
-        review = retry_unknown(send_ids=unknown)
+        review = retry_unknown(send_ids=unknown, decided_by=_operator(request))
         self._report(request, review, others, "queued again with the same key")
         if review.reopened_campaigns:
             self.message_user(request, f"{len(review.reopened_campaigns)} finished campaign(s) went "
@@ -92,7 +97,15 @@ class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
                   permissions=["review"])
     def mark_as_delivered(self, request, queryset):
         unknown, others = _split(queryset)
-        self._report(request, mark_delivered(send_ids=unknown), others, "marked as delivered")
+        self._report(request, mark_delivered(send_ids=unknown, decided_by=_operator(request)),
+                     others, "marked as delivered")
+
+    @admin.action(description="Mark selected unknown sends as not delivered → failed",
+                  permissions=["review"])
+    def mark_as_not_delivered(self, request, queryset):
+        unknown, others = _split(queryset)
+        self._report(request, mark_not_delivered(send_ids=unknown, decided_by=_operator(request)),
+                     others, "marked as not delivered (a follow-up campaign can resend them)")
 
     def _report(self, request, review: Review, others: int, done: str) -> None:
         level = messages.SUCCESS if review.changed else messages.WARNING
@@ -100,9 +113,13 @@ class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
                           level)
         if others:
             self.message_user(request, f"{others} left alone: not unknown (only unknown sends can "
-                              "be retried or marked as delivered).", messages.WARNING)
+                              "be retried or marked).", messages.WARNING)
         for why, count in sorted(review.skipped.items()):
             self.message_user(request, f"{count} left alone: {why}.", messages.WARNING)
+
+
+def _operator(request) -> str:
+    return f"operator {request.user.get_username()}"
 
 
 def _split(queryset) -> tuple[list[int], int]:

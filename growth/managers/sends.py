@@ -186,10 +186,6 @@ class SendManager(models.Manager):
             rows = QUERIES.rows("retry_unknown", ids=list(send_ids))
         return [Requeued.from_row(row) for row in rows]
 
-    def mark_delivered(self, send_ids: Sequence[int]) -> list[int]:
-        """Move 'unknown' rows to sent; return the ids moved (rows in any other state are left)."""
-        return QUERIES.column("mark_delivered", ids=list(send_ids))
-
     def resend_audience(self, *, campaign_id: int, root_id: int) -> ResendAudience:
         """Count what a follow-up of the campaign would take (see ``_build_follow_up``)."""
         takeable: dict[str, int] = {}

@@ -358,15 +358,6 @@ WITH requeued AS (
 SELECT r.id, r.campaign_id, r.campaign_id IN (SELECT id FROM reopened) AS reopened
   FROM requeued r;
 
--- mark_delivered --
--- unknown -> sent: the operator knows (from the provider or the recipient) that it arrived
-UPDATE growth_sends
-   SET status = 'sent', sent_at = now(), lease_expires_at = NULL, updated_at = now(),
-       last_error = 'marked delivered by an operator after: ' || last_error
- WHERE id = ANY(%(ids)s)
-   AND status = 'unknown'
-RETURNING id;
-
 -- history_of_address --
 -- Every campaign of the tenant that has a row for this address, newest first: one probe of
 -- (campaign_id, email_lower) per campaign, whatever the size of the campaigns

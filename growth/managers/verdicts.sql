@@ -24,8 +24,8 @@ WITH given AS (
        SET status = %(verdict)s::text,
            sent_at = CASE WHEN %(verdict)s::text = 'sent' THEN now() ELSE s.sent_at END,
            lease_expires_at = NULL, updated_at = now(),
-           last_error = %(verdict)s::text || ' on evidence (' || %(decided_by)s::text
-                        || ') after: ' || s.last_error
+           last_error = 'marked ' || %(verdict)s::text || ' by ' || %(decided_by)s::text
+                        || ' after: ' || s.last_error
       FROM given g
      WHERE s.id = g.id
        AND s.id IN (SELECT id FROM locked)

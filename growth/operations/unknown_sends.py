@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from growth.models import Send
+from django.db import transaction
+
+from growth.models import Send, SendVerdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,18 +18,37 @@ class Review:
     reopened_campaigns: list[int]  # finished campaigns sent back to sending
 
 
-def retry_unknown(*, send_ids: Sequence[int]) -> Review:
+def retry_unknown(*, send_ids: Sequence[int], decided_by: str = "an operator",
+                  evidence: str = "") -> Review:
     """unknown -> queued with the same job id: the receiver may get it twice unless it
-    de-duplicates on the key."""
-    requeued = Send.objects.retry_unknown(send_ids)
+    de-duplicates on the key. Each row moved gets a 'retried' verdict in the same transaction."""
+    with transaction.atomic():
+        requeued = Send.objects.retry_unknown(send_ids)
+        SendVerdict.objects.record({row.id: evidence or "queued again with the same key"
+                                    for row in requeued},
+                                   verdict=SendVerdict.Verdict.RETRIED, decided_by=decided_by)
     moved = {row.id for row in requeued}
     return Review(changed=len(moved), skipped=_skipped(send_ids, moved, campaign_cancelled=True),
                   reopened_campaigns=sorted({r.campaign_id for r in requeued if r.reopened}))
 
 
-def mark_delivered(*, send_ids: Sequence[int]) -> Review:
+def mark_delivered(*, send_ids: Sequence[int], decided_by: str = "an operator",
+                   evidence: str = "") -> Review:
     """unknown -> sent: the message is known to have arrived."""
-    moved = set(Send.objects.mark_delivered(send_ids))
+    return _settle(send_ids, SendVerdict.Verdict.SENT, decided_by,
+                   evidence or "marked delivered by an operator")
+
+
+def mark_not_delivered(*, send_ids: Sequence[int], decided_by: str = "an operator",
+                       evidence: str = "") -> Review:
+    """unknown -> failed: the message is known not to have arrived (a follow-up may resend it)."""
+    return _settle(send_ids, SendVerdict.Verdict.FAILED, decided_by,
+                   evidence or "marked not delivered by an operator")
+
+
+def _settle(send_ids: Sequence[int], verdict: str, decided_by: str, evidence: str) -> Review:
+    moved = set(SendVerdict.objects.settle_unknown(dict.fromkeys(send_ids, evidence),
+                                                   verdict=verdict, decided_by=decided_by))
     return Review(changed=len(moved), skipped=_skipped(send_ids, moved), reopened_campaigns=[])
 
 
