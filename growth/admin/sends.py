@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.utils.formats import localize
 from django.utils.html import format_html, format_html_join
 
+from growth.admin.address_history import AddressHistoryMixin
 from growth.admin.scoping import ReadOnlyAdmin, ScopedRelatedFilter, TenantScopedAdmin
 from growth.audience.addresses import parse_address
 from growth.job_ids import parse_job_id
@@ -22,9 +23,9 @@ from growth.tenancy import may_edit, scoped
 
 
 @admin.register(Send)
-class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
-    """Read only: rows move only through the engine, and an operator's two decisions about rows
-    left 'unknown' by a crash."""
+class SendAdmin(AddressHistoryMixin, ReadOnlyAdmin, TenantScopedAdmin):
+    """Read only: rows move only through the engine, and an operator's decisions about rows left
+    'unknown' by a crash (retry, delivered, not delivered), each recorded as a verdict."""
 
     list_display = ["job_id", "email", "campaign_link", "status", "attempts", "sent_at",
                     "updated_at", "error"]
@@ -36,9 +37,14 @@ class SendAdmin(ReadOnlyAdmin, TenantScopedAdmin):
     show_full_result_count = False  # one COUNT per page is enough on a table of millions
     show_facets = admin.ShowFacets.NEVER
     actions = ["retry_same_key", "mark_as_delivered", "mark_as_not_delivered"]
+    change_list_template = "growth/admin/send_change_list.html"
 
     def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in self.opts.fields] + ["verdict_history"]
+        return [field.name for field in self.opts.fields] + ["verdict_history",
+                                                             "address_history_link"]
+
+    def get_urls(self):
+        return [*self.address_history_urls(), *super().get_urls()]
 
     def has_review_permission(self, request):
         """May decide about 'unknown' rows (the actions below)."""

@@ -51,6 +51,12 @@ class AddressHistory(FromRow):
     status: str
     sent_at: datetime | None
     updated_at: datetime
+    send_id: int
+    job_id: str
+    attempts: int
+    last_error: str
+    provider_message_id: str
+    resent_in_id: int | None  # the follow-up that took this recipient
 
 
 @dataclass(frozen=True, slots=True)

@@ -361,7 +361,8 @@ SELECT r.id, r.campaign_id, r.campaign_id IN (SELECT id FROM reopened) AS reopen
 -- history_of_address --
 -- Every campaign of the tenant that has a row for this address, newest first: one probe of
 -- (campaign_id, email_lower) per campaign, whatever the size of the campaigns
-SELECT c.id AS campaign_id, c.name AS campaign_name, s.status, s.sent_at, s.updated_at
+SELECT c.id AS campaign_id, c.name AS campaign_name, s.status, s.sent_at, s.updated_at,
+       s.id AS send_id, s.job_id, s.attempts, s.last_error, s.provider_message_id, s.resent_in_id
   FROM growth_campaigns c
   JOIN growth_sends s ON s.campaign_id = c.id AND s.email_lower = %(email_lower)s
  WHERE c.account_id = %(account_id)s
