@@ -210,3 +210,29 @@ def test_the_tenant_pages_fit_a_phone(browser, live_server):
             shot(page, f"phone-{name}")
     finally:
         context.close()
+
+
+def test_an_operator_resends_a_paused_campaign_to_the_rest(page):
+    from playwright.sync_api import expect
+
+    from growth.models import Send
+    from growth.operations.campaigns import pause_campaign
+
+    account = AccountFactory(name="Acme")
+    campaign = sending_campaign(count=5, account=account, name="Spring sale")
+    rows = list(Send.objects.filter(campaign=campaign).order_by("id"))
+    Send.objects.filter(id__in=[r.id for r in rows[:2]]).update(status="sent")
+    Send.objects.filter(id=rows[2].id).update(status="failed")
+    pause_campaign(campaign_id=campaign.id)
+    operator(account, username="olga")
+    log_in(page, reverse("admin:login"), "olga")
+    page.goto(reverse("admin:growth_campaign_change", args=[campaign.pk]))
+    page.get_by_role("link", name="Resend to the rest…").click()
+    expect(page.locator("body")).to_contain_text("would reach 3 recipients")
+    shot(page, "admin-campaign-resend")
+    page.get_by_role("button", name="Create the follow-up (a draft)").click()
+    expect(page.locator(".messagelist")).to_contain_text("Created the draft")
+    expect(page.locator("body")).to_contain_text("follow-up of")
+    shot(page, "admin-campaign-follow-up")
+    follow_up = Campaign.objects.get(resend_of=campaign)
+    assert follow_up.status == "draft" and follow_up.name == "Spring sale — resend to the rest"

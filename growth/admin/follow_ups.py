@@ -75,6 +75,7 @@ class FollowUpAdminMixin:
             "title": f"Resend “{original}” to the rest",
             "opts": self.opts, "original": original, "form": form, "counted": counted,
             "base": counted.total(include_unknown=False, include_new_subscribers=False),
+            "sent": Campaign.objects.progress([original.id]).get(original.id, {}).get("sent", 0),
             "change_url": change_url,
         })
 
