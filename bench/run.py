@@ -17,10 +17,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DATABASE = "zylior_bench"
-FAMILIES = ["ceiling", "engine", "peers", "smtp", "build", "memory", "admin", "profile"]
+FAMILIES = ["ceiling", "engine", "peers", "smtp", "build", "memory", "admin", "export", "profile"]
 OPT_IN = ["experiments"]  # only with --only
 QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000,
-         "build_subscribers": 100_000, "memory_sizes": "5000,50000", "admin_sends": 100_000}
+         "build_subscribers": 100_000, "memory_sizes": "5000,50000", "admin_sends": 100_000,
+         "export_sizes": "10000,100000"}
 
 
 def _ints(text: str) -> list[int]:
@@ -43,6 +44,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-sizes", help="recipients of the memory runs (10000,1000000)")
     parser.add_argument("--memory-batch", type=int, default=500)
     parser.add_argument("--admin-sends", type=int, help="sends of the admin's campaign (1,000,000)")
+    parser.add_argument("--export-sizes", help="recipients of the exported campaigns (10000,1000000)")
     parser.add_argument("--profile-batch", type=int, default=500)
     parser.add_argument("--only", default=",".join(FAMILIES), help=f"some of {','.join(FAMILIES + OPT_IN)}")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="logs, raw profiles, JSON")
@@ -52,7 +54,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     defaults = {"recipients": 100_000, "repetitions": 3, "procrastinate_jobs": 10_000,
                 "build_subscribers": 1_000_000, "memory_sizes": "10000,1000000",
-                "admin_sends": 1_000_000}
+                "admin_sends": 1_000_000, "export_sizes": "10000,1000000"}
     for name, value in (QUICK if args.quick else defaults).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -125,6 +127,10 @@ def measure(args: argparse.Namespace) -> dict:
         results["memory"] = _memory(args)
     if "admin" in want:
         results["admin"] = _admin(args)
+    if "export" in want:
+        from bench import export
+
+        results["export"] = export.measure(_ints(args.export_sizes), out=args.out, say=say)
     if "profile" in want:
         results["profile"] = _profile(args)
     if "experiments" in want:

@@ -13,6 +13,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
+from growth.admin.exports import ExportMixin
 from growth.admin.follow_ups import FollowUpAdminMixin
 from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin
 from growth.models import Campaign, Send
@@ -65,7 +66,7 @@ class CampaignForm(forms.ModelForm):
 
 
 @admin.register(Campaign)
-class CampaignAdmin(FollowUpAdminMixin, TenantScopedAdmin):
+class CampaignAdmin(ExportMixin, FollowUpAdminMixin, TenantScopedAdmin):
     form = CampaignForm
     list_display = ["name", "account", "state", "scheduled_for", "progress"]
     list_filter = ["status", ("account", ScopedRelatedFilter)]
@@ -168,6 +169,8 @@ class CampaignAdmin(FollowUpAdminMixin, TenantScopedAdmin):
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:
             context["sends_url"] = _sends_url(obj.id)
+            if obj.recipients_built_at is not None:
+                context["export_url"] = reverse("admin:growth_campaign_export", args=[obj.pk])
             context["send_test_url"] = reverse("admin:growth_campaign_send_test", args=[obj.pk])
             if (resend_refusal(obj) is None and self.has_add_permission(request)
                     and self.has_change_permission(request, obj)):
@@ -180,6 +183,7 @@ class CampaignAdmin(FollowUpAdminMixin, TenantScopedAdmin):
 
     def get_urls(self):
         return [
+            *self.get_export_urls(),
             path("<path:object_id>/send-test/", self.admin_site.admin_view(self.send_test_view),
                  name="growth_campaign_send_test"),
             *self.follow_up_urls(),

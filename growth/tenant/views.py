@@ -15,7 +15,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 from growth.audience.address_files import UnreadableFile, read_csv, read_text, spreadsheet_safe
 from growth.audience.imports import import_suppressions
 from growth.audience.opt_outs import lookup_address, remove_suppression
-from growth.models import Membership, Subscriber, Suppression
+from growth.ledger.download import csv_download
+from growth.models import Campaign, Membership, Subscriber, Suppression
 from growth.tenant.access import LOGIN_URL, member_view
 from growth.tenant.forms import AddSuppressionsForm, ImportSuppressionsForm, LookupForm
 
@@ -124,6 +125,24 @@ def suppression_export(request: HttpRequest, member: Membership) -> StreamingHtt
     filename = f"{member.account.slug}-suppressions-{timezone.now():%Y%m%d}.csv"
     return StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8", headers={
         "Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+@require_GET
+@member_view()
+def campaign_list(request: HttpRequest, member: Membership) -> HttpResponse:
+    """The account's campaigns, newest first, each with its recipients' export."""
+    campaigns = Campaign.objects.filter(account=member.account).order_by("-created_at", "-id")
+    page = Paginator(campaigns, PAGE_SIZE).get_page(request.GET.get("page"))
+    return _page(request, member, "campaign_list.html", page=page)
+
+
+@require_GET
+@member_view()
+def campaign_export(request: HttpRequest, member: Membership, campaign_id: int) -> StreamingHttpResponse:
+    """Who got what in one of the account's campaigns, as CSV, streamed page by page (a campaign
+    can have millions of recipients). Another tenant's campaign is a 404, like a missing one."""
+    campaign = get_object_or_404(Campaign.objects.only("id"), pk=campaign_id, account=member.account)
+    return csv_download(campaign.id)
 
 
 @require_GET
