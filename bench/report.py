@@ -194,6 +194,18 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
         for label, page in admin["pages"].items():
             out.append(f"| {label} (`{page['url']}`) | {page['ms']:.0f} ms | {page['queries']} "
                        f"| {page['status']} |")
+    export = results.get("export")
+    if export:
+        out += ["", f"## Export (export_sends to /dev/null, pages of {export['page_size']:,})", "",
+                "| recipients | format | rows/s | peak RSS | a middle page |", "|---|---|---|---|---|"]
+        for size, entry in sorted(export["sizes"].items(), key=lambda kv: int(kv[0])):
+            for fmt in ("csv", "jsonl"):
+                run = entry[fmt]
+                out.append(f"| {int(size):,} | {fmt} | {run['rows_per_s']:,.0f} | "
+                           f"{run['peak'] / 2**20:.1f} MiB | {entry['page']['ms']:.1f} ms |")
+        out += ["", "Peak RSS at the largest size ÷ at the smallest (constant memory is 1.0): "
+                + ", ".join(f"{fmt} {ratio:.2f}×" for fmt, ratio in export["rss_ratio"].items())
+                + f"; an empty campaign's export peaks at {export['floor']['peak'] / 2**20:.1f} MiB."]
     profile = results.get("profile")
     if profile:
         spy = profile["spy"]
