@@ -19,6 +19,7 @@ from growth.managers.campaigns import CampaignManager
 from growth.managers.feedback import FeedbackEventManager
 from growth.managers.ledger import SendLedgerManager
 from growth.managers.limits import RateLimitManager
+from growth.managers.monitor import CampaignMonitorManager
 from growth.managers.sends import SendManager
 from growth.managers.subscribers import SubscriberManager
 from growth.managers.suppressions import SuppressionManager
@@ -201,6 +202,7 @@ class Campaign(models.Model):
     updated_at = models.DateTimeField(db_default=Now(), auto_now=True, editable=False)
 
     objects = CampaignManager()
+    monitor = CampaignMonitorManager()
 
     class Meta:
         db_table = "growth_campaigns"

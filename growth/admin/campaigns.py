@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 
 from growth.admin.exports import ExportMixin
 from growth.admin.follow_ups import FollowUpAdminMixin
+from growth.admin.monitor import MonitorMixin
 from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin
 from growth.models import Campaign, Send
 from growth.operations.campaigns import (
@@ -66,7 +67,7 @@ class CampaignForm(forms.ModelForm):
 
 
 @admin.register(Campaign)
-class CampaignAdmin(ExportMixin, FollowUpAdminMixin, TenantScopedAdmin):
+class CampaignAdmin(MonitorMixin, ExportMixin, FollowUpAdminMixin, TenantScopedAdmin):
     form = CampaignForm
     list_display = ["name", "account", "state", "scheduled_for", "progress"]
     list_filter = ["status", ("account", ScopedRelatedFilter)]
@@ -75,9 +76,11 @@ class CampaignAdmin(ExportMixin, FollowUpAdminMixin, TenantScopedAdmin):
     filter_horizontal = ["segments"]
     actions = ["approve", "pause", "resume", "cancel", "send_test_to_me", "clone"]
     change_form_template = "growth/admin/campaign_change_form.html"
+    change_list_template = "growth/admin/campaign_change_list.html"
 
     class Media:
         css = {"all": ["growth/admin.css"]}
+        js = ["growth/monitor.js"]
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = [
@@ -183,6 +186,7 @@ class CampaignAdmin(ExportMixin, FollowUpAdminMixin, TenantScopedAdmin):
 
     def get_urls(self):
         return [
+            *self.get_monitor_urls(),
             *self.get_export_urls(),
             path("<path:object_id>/send-test/", self.admin_site.admin_view(self.send_test_view),
                  name="growth_campaign_send_test"),

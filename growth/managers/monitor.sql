@@ -1,0 +1,4 @@
+-- Reads for the live monitor of campaigns.
+
+-- monitor_placeholder --
+SELECT 1;
