@@ -26,9 +26,12 @@ def change_url(campaign) -> str:
     return reverse("admin:growth_campaign_change", args=[campaign.pk])
 
 
-def act(client: Client, action: str, *campaigns, follow: bool = True):
-    return client.post(CHANGELIST, {"action": action, "_selected_action": [c.pk for c in campaigns]},
-                       follow=follow)
+def act(client: Client, action: str, *campaigns, follow: bool = True, confirmed: bool = True):
+    """Run a list action; ``confirmed``: as posted from its confirmation page."""
+    data = {"action": action, "_selected_action": [c.pk for c in campaigns]}
+    if confirmed:
+        data["post"] = "yes"
+    return client.post(CHANGELIST, data, follow=follow)
 
 
 def form_data(campaign, **changes) -> dict:

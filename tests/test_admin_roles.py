@@ -40,7 +40,8 @@ def test_actions_leave_the_viewers_rows_alone_and_say_so(client, viewer, tenant,
     mine = sending_campaign(count=2, account=other_tenant)
 
     response = client.post(reverse("admin:growth_campaign_changelist"),
-                           {"action": "pause", "_selected_action": [theirs.pk, mine.pk]},
+                           {"action": "pause", "_selected_action": [theirs.pk, mine.pk],
+                            "post": "yes"},
                            follow=True)
 
     said = texts(response)

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -17,14 +15,8 @@ from growth.admin.exports import ExportMixin
 from growth.admin.follow_ups import FollowUpAdminMixin
 from growth.admin.monitor import MonitorMixin
 from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin
+from growth.admin.transitions import TransitionAdminMixin
 from growth.models import Campaign, Send
-from growth.operations.campaigns import (
-    TransitionRefused,
-    approve_campaign,
-    cancel_campaign,
-    pause_campaign,
-    resume_campaign,
-)
 from growth.operations.follow_ups import resend_refusal
 from growth.operations.previews import SendTestFailed, preview_campaign, send_test_message
 
@@ -32,7 +24,6 @@ CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segment
 ENGINE_FIELDS = ["status", "pause_reason", "progress_detail", "recipients_built_at", "started_at",
                  "finished_at", "created_at", "updated_at"]
 SEND_STATUSES = [status.value for status in Send.Status]
-MAX_MESSAGES = 20  # refusals listed one by one; beyond, a count
 MAX_TEST_SENDS = 5  # campaigns per "send a test to me" action
 
 
@@ -67,14 +58,15 @@ class CampaignForm(forms.ModelForm):
 
 
 @admin.register(Campaign)
-class CampaignAdmin(MonitorMixin, ExportMixin, FollowUpAdminMixin, TenantScopedAdmin):
+class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdminMixin,
+                    TenantScopedAdmin):
     form = CampaignForm
     list_display = ["name", "account", "state", "scheduled_for", "progress"]
     list_filter = ["status", ("account", ScopedRelatedFilter)]
     list_select_related = ["account"]
     search_fields = ["name"]
     filter_horizontal = ["segments"]
-    actions = ["approve", "pause", "resume", "cancel", "send_test_to_me", "clone"]
+    actions = ["approve", "send_now", "pause", "resume", "cancel", "send_test_to_me", "clone"]
     change_form_template = "growth/admin/campaign_change_form.html"
     change_list_template = "growth/admin/campaign_change_list.html"
 
@@ -141,6 +133,12 @@ class CampaignAdmin(MonitorMixin, ExportMixin, FollowUpAdminMixin, TenantScopedA
             "sends_url": _sends_url(campaign.id), "compact": compact,
         })
 
+    def has_delete_permission(self, request, obj=None):
+        """Never once it has recipients: their rows are the record of who was mailed."""
+        if obj is not None and (obj.recipients_built_at is not None or obj.sends.exists()):
+            return False
+        return super().has_delete_permission(request, obj)
+
     # --- saving: compare-and-set, never a save() that could write back an old status --------
 
     def save_model(self, request, obj, form, change):
@@ -171,6 +169,9 @@ class CampaignAdmin(MonitorMixin, ExportMixin, FollowUpAdminMixin, TenantScopedA
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:
+            context["transition_buttons"] = self.transition_buttons(request, obj)
+            if obj.status != Campaign.Status.DRAFT:  # only the name can change: one Save
+                context.update(show_save_and_add_another=False, show_save_and_continue=False)
             context["sends_url"] = _sends_url(obj.id)
             if obj.recipients_built_at is not None:
                 context["export_url"] = reverse("admin:growth_campaign_export", args=[obj.pk])
@@ -186,6 +187,7 @@ class CampaignAdmin(MonitorMixin, ExportMixin, FollowUpAdminMixin, TenantScopedA
 
     def get_urls(self):
         return [
+            *self.transition_urls(),
             *self.get_monitor_urls(),
             *self.get_export_urls(),
             path("<path:object_id>/send-test/", self.admin_site.admin_view(self.send_test_view),
@@ -205,22 +207,6 @@ class CampaignAdmin(MonitorMixin, ExportMixin, FollowUpAdminMixin, TenantScopedA
         return HttpResponseRedirect(reverse("admin:growth_campaign_change", args=[campaign.pk]))
 
     # --- actions -----------------------------------------------------------------------------
-
-    @admin.action(description="Approve selected campaigns", permissions=["change"])
-    def approve(self, request, queryset):
-        self._transition(request, queryset, approve_campaign, "approved")
-
-    @admin.action(description="Pause selected campaigns", permissions=["change"])
-    def pause(self, request, queryset):
-        self._transition(request, queryset, pause_campaign, "paused")
-
-    @admin.action(description="Resume selected campaigns", permissions=["change"])
-    def resume(self, request, queryset):
-        self._transition(request, queryset, resume_campaign, "resumed")
-
-    @admin.action(description="Cancel selected campaigns", permissions=["change"])
-    def cancel(self, request, queryset):
-        self._transition(request, queryset, cancel_campaign, "cancelled")
 
     @admin.action(description="Send a test of the selected campaigns to me", permissions=["view"])
     def send_test_to_me(self, request, queryset):
@@ -249,29 +235,6 @@ class CampaignAdmin(MonitorMixin, ExportMixin, FollowUpAdminMixin, TenantScopedA
             else:
                 self.message_user(request, f"Sent a test of “{campaign}” to {to} (not recorded "
                                   "as a campaign send).", messages.SUCCESS)
-
-    def _transition(self, request, queryset, transition: Callable[..., object], done: str):
-        moved, refusals = [], []
-        for campaign in queryset.order_by("id"):
-            try:
-                outcome = transition(campaign_id=campaign.id)
-            except TransitionRefused as exc:
-                refusals.append(str(exc))
-            except ValidationError as exc:
-                refusals.append(f"“{campaign}”: {' '.join(exc.messages)}")
-            else:
-                dropped = f" ({outcome} queued recipients dropped)" if isinstance(outcome, int) else ""
-                moved.append(f"“{campaign}”{dropped}")
-        if moved:
-            self.message_user(request, f"{len(moved)} campaign{'s' if len(moved) != 1 else ''} "
-                              f"{done}: {', '.join(moved)}.", messages.SUCCESS)
-        if refusals:
-            self.message_user(request, f"{len(refusals)} not {done}:", messages.WARNING)
-            for refusal in refusals[:MAX_MESSAGES]:
-                self.message_user(request, refusal, messages.WARNING)
-            if len(refusals) > MAX_MESSAGES:
-                self.message_user(request, f"… and {len(refusals) - MAX_MESSAGES} more.",
-                                  messages.WARNING)
 
 
 def _sends_url(campaign_id: int) -> str:

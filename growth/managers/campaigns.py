@@ -32,9 +32,15 @@ class MetricsSnapshot:
 class CampaignManager(models.Manager):
     """Compare-and-set transitions of growth_campaigns (see campaigns.sql)."""
 
-    def approve(self, *, campaign_id: int, version: datetime) -> bool:
-        """Move draft -> approved if the campaign is still the validated ``version``."""
-        return bool(QUERIES.rows("approve", campaign_id=campaign_id, version=version))
+    def approve(self, *, campaign_id: int, version: datetime, send_now: bool = False) -> bool:
+        """Move draft -> approved if the campaign is still the validated ``version``;
+        ``send_now``: due at once, whatever its schedule said."""
+        return bool(QUERIES.rows("approve", campaign_id=campaign_id, version=version,
+                                 send_now=send_now))
+
+    def bring_forward(self, *, campaign_id: int) -> bool:
+        """Make an approved campaign scheduled later due now."""
+        return bool(QUERIES.rows("bring_forward", campaign_id=campaign_id))
 
     def start_due(self) -> list[int]:
         """Move every due approved campaign to sending; return the ids this call moved."""

@@ -3,12 +3,24 @@
 -- back and the others get zero rows. Never SELECT the status and UPDATE it afterwards.
 
 -- approve --
--- draft -> approved, only for the version that was validated (updated_at unchanged since)
+-- draft -> approved, only for the version that was validated (updated_at unchanged since);
+-- "send now" sets the start to the database's now in the same statement
 UPDATE growth_campaigns
-   SET status = 'approved', updated_at = now()
+   SET status = 'approved',
+       scheduled_for = CASE WHEN %(send_now)s THEN now() ELSE scheduled_for END,
+       updated_at = now()
  WHERE id = %(campaign_id)s
    AND status = 'draft'
    AND updated_at = %(version)s
+RETURNING id;
+
+-- bring_forward --
+-- "send now" for an approved campaign scheduled later: it stays approved, due at once
+UPDATE growth_campaigns
+   SET scheduled_for = now(), updated_at = now()
+ WHERE id = %(campaign_id)s
+   AND status = 'approved'
+   AND scheduled_for > now()
 RETURNING id;
 
 -- start_due --
@@ -163,6 +175,12 @@ WITH members AS (
 )
 SELECT count(*) AS subscriber_rows,
        count(DISTINCT email_lower) AS addresses,
+       -- what build_recipients would create: addresses with a confirmed row, not suppressed
+       count(DISTINCT email_lower) FILTER (
+           WHERE status = 'confirmed'
+             AND NOT EXISTS (SELECT 1 FROM growth_suppressions x
+                              WHERE x.account_id = members.account_id
+                                AND x.email_lower = members.email_lower)) AS recipients,
        count(DISTINCT email_lower) FILTER (
            WHERE EXISTS (SELECT 1 FROM growth_suppressions x
                           WHERE x.account_id = members.account_id

@@ -13,17 +13,34 @@ class TransitionRefused(Exception):
     """The campaign is not in a state that allows this transition (or was moved meanwhile)."""
 
 
-def approve_campaign(*, campaign_id: int) -> None:
-    """draft -> approved. Raise ValidationError for unsendable content, TransitionRefused else."""
+def approve_campaign(*, campaign_id: int, send_now: bool = False) -> None:
+    """draft -> approved, due at its scheduled time (or at once: ``send_now``). Raise
+    ValidationError for unsendable content, TransitionRefused else."""
     campaign = _get(campaign_id)
     if campaign.status != Campaign.Status.DRAFT:
         raise TransitionRefused(f"“{campaign}” is {campaign.status}, not draft.")
     check_content(subject=campaign.subject, body_text=campaign.body_text,
                   body_html=campaign.body_html)
-    if campaign.scheduled_for is None:
-        raise ValidationError({"scheduled_for": "Set when the campaign should go out."})
-    if not Campaign.objects.approve(campaign_id=campaign.id, version=campaign.updated_at):
+    if campaign.scheduled_for is None and not send_now:
+        raise ValidationError({"scheduled_for": "Set when the campaign should go out, or send "
+                                                "it now."})
+    if not Campaign.objects.approve(campaign_id=campaign.id, version=campaign.updated_at,
+                                    send_now=send_now):
         raise TransitionRefused(_moved(campaign, "approved"))
+
+
+def send_now(*, campaign_id: int) -> None:
+    """A draft is approved due at once; an approved campaign scheduled later becomes due now."""
+    campaign = _get(campaign_id)
+    if campaign.status == Campaign.Status.DRAFT:
+        approve_campaign(campaign_id=campaign_id, send_now=True)
+    elif not Campaign.objects.bring_forward(campaign_id=campaign_id):
+        current = Campaign.objects.status_of(campaign_id=campaign_id)
+        if current == Campaign.Status.APPROVED:
+            raise TransitionRefused(f"“{campaign}” is already due: the worker starts it at its "
+                                    "next pass.")
+        raise TransitionRefused(f"“{campaign}” is {current}: only a draft or an approved campaign "
+                                "can be sent now.")
 
 
 def pause_campaign(*, campaign_id: int) -> None:

@@ -1,0 +1,119 @@
+"""Steering a campaign from its page: the buttons its state allows, a confirmation page that
+says what will happen to how many recipients, History entries, "send now", and no Delete once it
+has recipients."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.urls import reverse
+
+from growth.models import Campaign, Send, Suppression
+from tests.factories import CampaignFactory, SubscriberFactory
+from tests.helpers import texts
+from tests.scenarios import audience, operator, sending_campaign
+
+pytestmark = pytest.mark.django_db
+
+
+def do_url(campaign, name: str) -> str:
+    return reverse("admin:growth_campaign_transition", args=[campaign.pk, name])
+
+
+def page(client, campaign) -> str:
+    return client.get(reverse("admin:growth_campaign_change", args=[campaign.pk])).content.decode()
+
+
+def test_each_state_shows_the_buttons_it_allows(client, staff, tenant):
+    draft = CampaignFactory(account=tenant)
+    running = sending_campaign(count=2, account=tenant)
+    body = page(client, draft)
+    assert do_url(draft, "approve") in body and do_url(draft, "send_now") in body
+    assert do_url(draft, "pause") not in body
+    body = page(client, running)
+    assert do_url(running, "pause") in body and do_url(running, "cancel") in body
+    assert do_url(running, "approve") not in body and do_url(running, "resume") not in body
+
+
+def test_approving_counts_the_recipients_the_build_would_create(client, staff, tenant):
+    campaign = CampaignFactory(account=tenant)
+    people = audience(tenant, 5)
+    Suppression.objects.create(account=tenant, email_lower=people[0].email_lower)
+    SubscriberFactory(segment=people[1].segment, email="pending@example.com", status="pending")
+    response = client.get(do_url(campaign, "approve"))
+    text = response.content.decode()
+    assert "go to 4 recipients" in text and "6 addresses in its segments, 2 of them suppressed" in text
+    campaign.refresh_from_db()
+    assert campaign.status == "draft"  # the GET changed nothing
+    assert not Send.objects.exists()  # counted without building
+
+
+def test_confirming_moves_the_campaign_and_leaves_history(client, staff, tenant):
+    campaign = sending_campaign(count=3, account=tenant)
+    response = client.get(do_url(campaign, "pause"))
+    assert "3 queued wait until it is resumed" in response.content.decode()
+    response = client.post(do_url(campaign, "pause"), {"post": "yes"}, follow=True)
+    assert any("1 campaign paused" in t for t in texts(response))
+    campaign.refresh_from_db()
+    assert campaign.status == "paused"
+    entry = LogEntry.objects.get(object_id=str(campaign.pk))
+    assert (entry.user, entry.action_flag, entry.change_message) == (staff, CHANGE, "Paused.")
+    history = client.get(reverse("admin:growth_campaign_history", args=[campaign.pk]))
+    assert "Paused." in history.content.decode()
+
+
+def test_an_unconfirmed_post_changes_nothing(client, staff, tenant):
+    campaign = sending_campaign(count=2, account=tenant)
+    response = client.post(do_url(campaign, "cancel"), {})
+    assert response.status_code == 200 and "will never get it" in response.content.decode()
+    campaign.refresh_from_db()
+    assert campaign.status == "sending" and not LogEntry.objects.exists()
+
+
+def test_cancelling_says_how_many_were_dropped_in_history(client, staff, tenant):
+    campaign = sending_campaign(count=4, account=tenant)
+    client.post(do_url(campaign, "cancel"), {"post": "yes"})
+    assert LogEntry.objects.get().change_message == "Cancelled (4 queued recipients dropped)."
+
+
+def test_send_now_approves_a_draft_with_no_schedule(client, staff, tenant):
+    campaign = CampaignFactory(account=tenant, scheduled_for=None)
+    audience(tenant, 2)
+    assert "start at once" in client.get(do_url(campaign, "send_now")).content.decode()
+    client.post(do_url(campaign, "send_now"), {"post": "yes"})
+    assert Campaign.objects.start_due() == [campaign.id]
+
+
+def test_a_list_action_asks_first_then_acts(client, staff, tenant):
+    one, two = (sending_campaign(count=1, account=tenant) for _ in range(2))
+    ask = client.post(reverse("admin:growth_campaign_changelist"),
+                      {"action": "pause", "_selected_action": [one.pk, two.pk]})
+    assert ask.status_code == 200 and "Pause 2 campaigns?" in ask.content.decode()
+    assert set(Campaign.objects.values_list("status", flat=True)) == {"sending"}
+    client.post(reverse("admin:growth_campaign_changelist"),
+                {"action": "pause", "_selected_action": [one.pk, two.pk], "post": "yes"})
+    assert set(Campaign.objects.values_list("status", flat=True)) == {"paused"}
+    assert LogEntry.objects.count() == 2
+
+
+def test_another_tenants_campaign_is_a_404_and_a_viewer_has_no_buttons(client, tenant, other_tenant):
+    theirs = sending_campaign(count=1, account=other_tenant)
+    client.force_login(operator(tenant))
+    assert client.get(do_url(theirs, "pause")).status_code == 404
+    assert client.post(do_url(theirs, "pause"), {"post": "yes"}).status_code == 404
+    assert client.get(do_url(theirs, "nonsense")).status_code == 404
+    mine = sending_campaign(count=1, account=tenant)
+    client.force_login(operator(viewer_of=(tenant,)))
+    assert do_url(mine, "pause") not in page(client, mine)
+    assert client.post(do_url(mine, "pause"), {"post": "yes"}).status_code == 403
+    assert Campaign.objects.get(pk=mine.pk).status == "sending"
+
+
+def test_no_delete_once_it_has_recipients_and_one_save_after_draft(client, staff, tenant):
+    draft = CampaignFactory(account=tenant)
+    running = sending_campaign(count=1, account=tenant)
+    assert reverse("admin:growth_campaign_delete", args=[draft.pk]) in page(client, draft)
+    body = page(client, running)
+    assert reverse("admin:growth_campaign_delete", args=[running.pk]) not in body
+    assert "_addanother" not in body and "_continue" not in body
+    assert client.get(reverse("admin:growth_campaign_delete", args=[running.pk])).status_code == 403
