@@ -1,4 +1,5 @@
-"""The sends admin: read only, filters and search, and the two decisions about unknown rows."""
+"""The sends admin: read only, filters and search, and the decisions about unknown rows (their
+confirmation pages, History and refusals: test_admin_review.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def rows(body: str) -> int:
 
 
 def act(client: Client, action: str, ids, **extra):
-    return client.post(CHANGELIST, {"action": action, "_selected_action": list(ids), **extra},
-                       follow=True)
+    """Run the action on the rows, confirmed (its confirmation page posts back with post=yes)."""
+    return client.post(CHANGELIST, {"action": action, "_selected_action": list(ids), "post": "yes",
+                                    **extra}, follow=True)
 
 
 def test_sends_are_read_only(client, staff, tenant):
@@ -86,13 +88,14 @@ def test_retry_same_key_requeues_unknown_rows_only_and_reopens_a_finished_campai
     messages = texts(act(client, "retry_same_key", [*lost, *sent]))
     assert messages == [
         "2 sends queued again with the same key.",
-        "2 left alone: not unknown (only unknown sends can be retried or marked).",
+        "2 left alone: sent, not unknown.",
         "1 finished campaign(s) went back to sending so that the worker sends these rows.",
     ]
     assert statuses(campaign) == {"queued": 2, "sent": 2}
     campaign.refresh_from_db()
     assert campaign.status == "sending"
-    assert texts(act(client, "retry_same_key", lost))[0] == "0 sends queued again with the same key."
+    assert texts(act(client, "retry_same_key", lost)) == ["0 sends queued again with the same key.",
+                                                          "2 left alone: queued, not unknown."]
     verdicts = SendVerdict.objects.filter(send_id__in=lost)
     assert {(v.verdict, v.decided_by) for v in verdicts} == {("retried", f"operator {staff.username}")}
     assert verdicts.count() == 2  # the second retry moved nothing, and recorded nothing

@@ -65,6 +65,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # lazy: the admin index's "N sends need review" (queried only where shown)
+                "growth.admin.review_queue.review_queue",
             ],
         },
     },

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from growth.admin.exports import ExportMixin
 from growth.admin.follow_ups import FollowUpAdminMixin
 from growth.admin.monitor import MonitorMixin
+from growth.admin.review_queue import campaign_review_counts
 from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin
 from growth.admin.transitions import TransitionAdminMixin
 from growth.models import Campaign, Send
@@ -173,6 +174,7 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
             if obj.status != Campaign.Status.DRAFT:  # only the name can change: one Save
                 context.update(show_save_and_add_another=False, show_save_and_continue=False)
             context["sends_url"] = _sends_url(obj.id)
+            context["review_counts"] = campaign_review_counts(obj.id)
             if obj.recipients_built_at is not None:
                 context["export_url"] = reverse("admin:growth_campaign_export", args=[obj.pk])
             context["send_test_url"] = reverse("admin:growth_campaign_send_test", args=[obj.pk])
