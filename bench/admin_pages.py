@@ -19,10 +19,13 @@ from django.urls import reverse
 from bench import data
 from growth.models import Campaign, Send
 
-# label -> (URL name, needs the campaign id)
+# label -> (URL name, needs the campaign id, query string: "{id}" is the campaign id)
 PAGES = {
-    "campaign list": ("admin:growth_campaign_changelist", False),
-    "campaign page": ("admin:growth_campaign_change", True),
+    "campaign list": ("admin:growth_campaign_changelist", False, ""),
+    "campaign page": ("admin:growth_campaign_change", True, ""),
+    # what the live monitor polls every few seconds: the list's campaigns, one campaign's page
+    "monitor poll (list)": ("admin:growth_campaign_monitor", False, "ids={id}"),
+    "monitor poll (campaign)": ("admin:growth_campaign_monitor_one", True, ""),
 }
 
 
@@ -47,8 +50,10 @@ def run(*, campaign_id: int, repetitions: int) -> dict[str, dict]:
     client = Client(HTTP_HOST="localhost")
     client.force_login(user)
     results = {}
-    for label, (name, with_id) in PAGES.items():
+    for label, (name, with_id, query) in PAGES.items():
         url = reverse(name, args=[campaign_id] if with_id else [])
+        if query:
+            url += "?" + query.format(id=campaign_id)
         counter = _QueryCounter()  # on the warm-up fetch only: counting costs time
         with connection.execute_wrapper(counter):
             client.get(url)

@@ -131,7 +131,7 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
         return render_to_string("growth/admin/progress.html", {
             "total": total, "sent": sent, "percent": round(100 * sent / total, 1) if total else 0,
             "counts": [(s, counts.get(s, 0)) for s in SEND_STATUSES if counts.get(s) or not compact],
-            "sends_url": _sends_url(campaign.id), "compact": compact,
+            "sends_url": _sends_url(campaign.id), "compact": compact, "campaign_id": campaign.id,
         })
 
     def has_delete_permission(self, request, obj=None):
