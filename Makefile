@@ -20,11 +20,15 @@ install: $(STAMP)
 ## demo: embedded PostgreSQL, a 10k-subscriber tenant, the real worker to completion, a summary
 demo: install
 	$(PY) manage.py migrate --noinput -v 0
-	$(PY) manage.py seed_demo
+	$(PY) manage.py seed_demo --demo-logins
 	EMAIL_URL=filemail://$(OUTBOX) $(PY) manage.py run_sender --until-idle --batch-size 200 --tick 1
 	@echo
 	$(PY) manage.py campaign_report --outbox $(OUTBOX)
-	@echo "Messages written to $(OUTBOX)/"
+	@echo "Messages written to $(OUTBOX)/ (filemail://: nobody received them)."
+	@echo
+	@echo "Next, to see it in a browser (the demo logins are above):"
+	@echo "  make serve                                    # the site on 127.0.0.1:8000 (Ctrl-C stops it)"
+	@echo "  python3 -m webbrowser http://127.0.0.1:8000/  # in another terminal: /admin/ for operator, /app/ for tenant"
 
 ## test: the whole suite on the real database (embedded unless DATABASE_URL is set)
 test: install

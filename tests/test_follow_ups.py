@@ -279,8 +279,8 @@ OPTIONS = ["--batch-size", "10", "--lease", "1", "--tick", "0.1"]
 def test_builder_killed_mid_build_then_rebuilt_sends_the_rest_once(smtp_server):
     original = sending_campaign(count=30)
     rows = list(Send.objects.filter(campaign=original).order_by("id"))
-    for row in rows[:6]:  # hard bounces at the relay
-        smtp_server.handler.replies[row.email_lower] = ["550 5.1.1 no such user"]
+    for row in rows[:6]:  # refused for good, for a policy (a 5.1.1 would suppress the address)
+        smtp_server.handler.replies[row.email_lower] = ["550 5.7.1 rejected by policy"]
     env = subprocess_env(EMAIL_URL=smtp_server.url, SENDER_BACKOFF_BASE="0.1")
     done = subprocess.run(manage("run_sender", *OPTIONS, "--until-idle"), env=env,
                           capture_output=True, timeout=120)

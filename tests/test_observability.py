@@ -106,6 +106,6 @@ def test_log_format_json_gives_one_object_a_line_with_the_text_formats_fields(tm
     assert result.returncode == 0, result.stderr.decode()
     lines = [json.loads(line) for line in result.stderr.decode().splitlines() if line.strip()]
     assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
-    [batch] = [line for line in lines if "claimed" in line and "sent" in line]
-    assert (batch["sent"], batch["claimed"], batch["level"]) == (5, 5, "INFO")
-    assert batch["campaign_id"] and batch["worker_id"]
+    [summary] = [line for line in lines if " finished: " in line["message"]]
+    assert (summary["sent"], summary["total"], summary["level"]) == (5, 5, "INFO")
+    assert summary["campaign_id"] and summary["worker_id"]

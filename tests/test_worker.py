@@ -11,6 +11,7 @@ from django.utils import timezone
 from growth.models import Campaign, Send, Suppression
 from growth.sending.transports.django_mail import DjangoMailTransport
 from growth.sending.worker import Worker
+from tests.factories import SubscriberFactory
 from tests.scenarios import approved_campaign, statuses
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,3 +163,72 @@ def test_stop_ends_the_loop_after_the_batch_in_hand(smtp_settings):
     worker = Worker(batch_size=7, tick=0.05, lease=30, transport=StopAfterFirstBatch())
     worker.run()
     assert statuses(campaign) == {"sent": 7, "queued": 43}
+
+
+def test_a_hard_bounce_suppresses_the_address_for_that_tenant_only(smtp_settings, other_tenant):
+    campaign = approved_campaign(count=4)
+    elsewhere = SubscriberFactory(segment__account=other_tenant, email="person1@example.com")
+    smtp_settings.handler.replies = {"person1@example.com": ["550 5.1.1 No such user"],
+                                     "person2@example.com": ["550 5.7.1 Rejected by policy"]}
+    run_worker()
+    assert statuses(campaign) == {"sent": 2, "failed": 2}
+    errors = dict(Send.objects.filter(status="failed").values_list("email_lower", "last_error"))
+    assert errors == {"person1@example.com": "550 5.1.1 No such user",
+                      "person2@example.com": "550 5.7.1 Rejected by policy"}
+    suppressed = Suppression.objects.values_list("account_id", "email_lower", "reason", "campaign_id")
+    assert list(suppressed) == [(campaign.account_id, "person1@example.com", "bounced", campaign.id)]
+    assert not Suppression.objects.filter(account=other_tenant).exists()
+    elsewhere.refresh_from_db()
+    assert elsewhere.status == "confirmed"
+
+
+def test_an_address_already_suppressed_keeps_its_first_reason(smtp_settings):
+    campaign = approved_campaign(count=2)
+    smtp_settings.handler.replies = {"person0@example.com": ["550 5.2.1 Mailbox disabled"]}
+
+    class OptOutOnTheWire(DjangoMailTransport):
+        def send_bulk(self, deliveries):  # the recipient opts out while the message is on the wire
+            Suppression.objects.suppress(account_id=campaign.account_id,
+                                         email_lower="person0@example.com", reason="unsubscribed")
+            return super().send_bulk(deliveries)
+
+    run_worker(transport=OptOutOnTheWire())
+    assert Send.objects.get(email_lower="person0@example.com").status == "failed"
+    assert list(Suppression.objects.values_list("email_lower", "reason", "campaign_id")) == [
+        ("person0@example.com", "unsubscribed", None)]
+
+
+def test_a_failing_suppression_never_holds_up_the_settle(smtp_settings, monkeypatch, caplog):
+    from django.db import OperationalError
+
+    def database_gone(send_ids):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(Suppression.objects, "suppress_bounced", database_gone)
+    campaign = approved_campaign(count=3)
+    smtp_settings.handler.replies = {"person1@example.com": ["550 5.1.1 No such user"]}
+    run_worker()
+    assert statuses(campaign) == {"sent": 2, "failed": 1}
+    campaign.refresh_from_db()
+    assert campaign.status == "sent"
+    assert not Suppression.objects.exists()
+    assert "1 hard-bounced addresses not suppressed" in caplog.text
+
+
+@pytest.mark.parametrize(("error", "hard"), [
+    ("550 5.1.1 No such user", True),
+    ("550 5.1.10 Recipient address has null MX", True),
+    ("553 5.1.3 Bad recipient address syntax", True),
+    ("550 5.2.1 Mailbox disabled", True),
+    ("552 5.2.2 Mailbox full", False),
+    ("550 5.7.1 Rejected by policy", False),
+    ("553 5.1.8 Bad sender's system address", False),  # the sender's problem, not the address's
+    ("450 4.1.1 Try again later", False),
+    ("550 No such user", False),  # no enhanced status: nothing certain
+    ("cannot render: TemplateSyntaxError: 550 5.1.1", False),
+    ("provider refused: rejected", False),
+])
+def test_which_smtp_refusals_are_hard_bounces(error, hard):
+    from growth.feedback.bounces import smtp_hard_bounce
+
+    assert smtp_hard_bounce(error) is hard

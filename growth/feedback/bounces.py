@@ -1,4 +1,4 @@
-"""Which ESP feedback suppresses an address: hard vs soft, per ESP.
+"""Which feedback suppresses an address: hard vs soft, per ESP, and our own relay's refusals.
 
 anymail normalizes each ESP's events (``anymail.signals.EventType``), but calls some soft bounces
 "bounced" (Amazon SES ``Transient``, Postmark ``SoftBounce``, SendGrid blocks, Resend
@@ -6,10 +6,16 @@ anymail normalizes each ESP's events (``anymail.signals.EventType``), but calls 
 (``event.esp_event``) settles those. A bounce its ESP calls transient, undetermined or blocked is
 only recorded: a wrongly suppressed address is lost for good, and the ESP reports it again if
 it keeps failing.
+
+On the SMTP path the relay's own refusal is the bounce: a permanent reply whose enhanced status
+says the address is bad (5.1.x) or its mailbox disabled (5.2.1) suppresses it, as an ESP's hard
+bounce does (``smtp_hard_bounce``). A policy refusal (5.7.x), a full mailbox (5.2.2) or a reply
+without an enhanced status says nothing certain about the address, and is only recorded.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +33,23 @@ _REJECTED_BECAUSE = {
     RejectReason.SPAM: Suppression.Reason.COMPLAINED,
     RejectReason.UNSUBSCRIBED: Suppression.Reason.UNSUBSCRIBED,
 }
+
+
+# A reply as stored by growth.sending.transports.errors: "550 5.1.1 No such user"
+_SMTP_REPLY = re.compile(r"5\d\d (5)\.(\d{1,3})\.(\d{1,3})(?=\s|$)")
+# 5.1.7 and 5.1.8 are about the sender's address, not the recipient's
+_NOT_THE_RECIPIENT = {"5.1.7", "5.1.8"}
+
+
+def smtp_hard_bounce(error: str) -> bool:
+    """Does this stored SMTP refusal say the recipient's address can never be delivered to?"""
+    reply = _SMTP_REPLY.match(error)
+    if reply is None:
+        return False
+    status = ".".join(reply.groups())
+    if status in _NOT_THE_RECIPIENT:
+        return False
+    return reply[2] == "1" or status == "5.2.1"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.db import models
 
-from growth.managers.queries import Queries
+from growth.managers.queries import FromRow, Queries
 
 QUERIES = Queries.beside(__file__)
+
+
+@dataclass(frozen=True, slots=True)
+class OptOut(FromRow):
+    """What a recipient's opt-out changed: enough to undo it."""
+
+    email_lower: str
+    suppression_id: int | None  # the suppression it created; None: the address already was
+    confirmed_ids: list[int]  # subscriber rows it moved from confirmed to unsubscribed
+    pending_ids: list[int]  # and from pending
 
 
 class SuppressionManager(models.Manager):
@@ -32,8 +43,38 @@ class SuppressionManager(models.Manager):
         return set(QUERIES.column("suppress_many", account_id=account_id,
                                   emails=list(emails_lower), reason=reason))
 
+    def suppress_bounced(self, send_ids: Sequence[int]) -> list[str]:
+        """Suppress, for its own tenant, the address of each of these failed sends (a hard
+        bounce); return the addresses that were not suppressed yet."""
+        if not send_ids:
+            return []
+        return QUERIES.column("suppress_bounced", send_ids=list(send_ids))
+
     def remove(self, *, account_id: int, suppression_id: int) -> str | None:
         """Delete one of the tenant's suppressions; return its address, or None if it has none
         with this id."""
         removed = QUERIES.one("remove", account_id=account_id, suppression_id=suppression_id)
         return removed["email_lower"] if removed else None
+
+    def unsubscribe_with_undo(self, *, account_id: int, subscriber_id: int,
+                              campaign_id: int | None) -> OptOut | None:
+        """Record a recipient's opt-out as ``unsubscribe`` does; return what it changed (for its
+        undo, see ``resubscribe``), or None for an unknown subscriber."""
+        done = QUERIES.one("unsubscribe_with_undo", account_id=account_id,
+                           subscriber_id=subscriber_id, campaign_id=campaign_id)
+        return OptOut.from_row(done) if done else None
+
+    def undoable(self, *, account_id: int, email_lower: str, suppression_id: int) -> bool:
+        """Whether ``resubscribe`` would lift this suppression now (see _undoable)."""
+        return QUERIES.one("undoable", account_id=account_id, email_lower=email_lower,
+                           suppression_id=suppression_id)["undoable"]
+
+    def resubscribe(self, *, account_id: int, email_lower: str, suppression_id: int,
+                    confirmed_ids: Sequence[int], pending_ids: Sequence[int]) -> bool:
+        """Undo a recipient's opt-out: lift its suppression if it is still the recipient's own
+        and nothing has suppressed the address since, and set the subscriber rows it marked back
+        to what they were. Return whether it was lifted (nothing is changed otherwise)."""
+        done = QUERIES.one("resubscribe", account_id=account_id, email_lower=email_lower,
+                           suppression_id=suppression_id, confirmed_ids=list(confirmed_ids),
+                           pending_ids=list(pending_ids))
+        return done["lifted"]

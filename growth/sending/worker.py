@@ -3,7 +3,10 @@
 Each cycle: start due campaigns -> build their recipient lists -> recover expired leases -> claim
 a batch -> deliver it -> settle the outcomes -> finish campaigns with nothing left. The claim is
 committed before the network call and the settle after it, so a crash anywhere leaves rows that
-lease expiry recovers. The worker holds no SQL: each step is one call to a manager.
+lease expiry recovers. The worker holds no SQL: each step is one call to a manager. After a
+settle, an address our relay refused for good (5.1.x, 5.2.1) is suppressed for its tenant, as
+an ESP's hard bounce would have it. What the operator at the terminal reads (progress, pauses,
+idleness, a summary per finished campaign) is ``growth.sending.console``'s.
 
 Exactly-once is at-least-once plus an idempotent receiver, and the receiver decides how the
 worker trades speed for doubt (``receiver_deduplicates`` says which it is):
@@ -34,11 +37,13 @@ from typing import TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
+from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
 from growth.managers.sends import Claimed
-from growth.models import Campaign, RateLimit, Send, WorkerHeartbeat
+from growth.models import Campaign, RateLimit, Send, Suppression, WorkerHeartbeat
 from growth.observability import metrics
+from growth.sending.console import Console
 from growth.sending.rendering import CampaignContent, CampaignRenderer
 from growth.sending.settler import InlineSettler, Settler
 from growth.sending.transports import (
@@ -85,14 +90,15 @@ class Tally:
             self.counts.update(settled.values())
 
     def report(self, worker_id: str, transport: str) -> None:
-        """Log the batch's line and count its rows in the worker's metrics."""
+        """Log the batch's line (debug: the console's progress lines are what an operator
+        reads) and count its rows in the worker's metrics."""
         counts = {"sent": self.counts["sent"], "retry": self.counts["queued"],
                   "failed": self.counts["failed"],
                   "suppressed": self.counts["suppressed"] + self.claimed - self.to_send,
                   "cancelled": self.counts["cancelled"],
                   "left to lease expiry": self.to_send - sum(self.counts.values())}
         elapsed = max(time.monotonic() - self.started, 1e-6)
-        logger.info(
+        logger.debug(
             "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, "
             "left to lease expiry %d (%.0f/s)",
             self.campaign_id, self.claimed, counts["sent"], counts["retry"], counts["failed"],
@@ -154,14 +160,15 @@ class Worker:
         self._settler: Settler | InlineSettler = InlineSettler()  # a lone cycle() settles as it goes
         self._heartbeat_file = heartbeat_file
         self._beat_at = -HEARTBEAT_EVERY
+        self._console = Console(worker_id=self.worker_id)
 
     def stop(self) -> None:
         """Ask the loop to exit after the batch in hand (safe from a signal handler)."""
         self._stop.set()
 
     def run(self) -> None:
-        logger.info("worker %s started (batch %d, lease %.0fs, %s receiver)", self.worker_id,
-                    self.batch_size, self.lease, "idempotent" if self.idempotent else "plain")
+        self._console.started(transport=self.transport, batch_size=self.batch_size,
+                              lease=self.lease, idempotent=self.idempotent)
         self._settler = Settler() if self.idempotent else InlineSettler()
         try:
             self._loop()  # the transport connects on first use: a mail server down now is transient
@@ -178,14 +185,20 @@ class Worker:
         while not self._stop.is_set():
             self._retrying_db(self._beat)
             more_waiting = self._retrying_db(self.cycle, default=False)
+            self._retrying_db(self._console.progress)
             if self.once or self._stop.is_set():
                 return
             if more_waiting:
                 continue
             outlook = self._retrying_db(Campaign.objects.outlook)
-            if outlook is None or (self.until_idle and not outlook.busy):
+            if outlook is None:
                 return
-            self._stop.wait(self._idle_wait(outlook.busy, outlook.next_in))
+            stopping = self.until_idle and not outlook.busy
+            wait = self._idle_wait(outlook.busy, outlook.next_in)
+            self._console.outlook(busy=outlook.busy, wait=wait, stopping=stopping)
+            if stopping:
+                return
+            self._stop.wait(wait)
 
     def cycle(self) -> bool:
         """Run one pass of the engine; return True when more rows are likely waiting now."""
@@ -240,7 +253,9 @@ class Worker:
         no lease it cannot use; tokens it could not use are given back.
         """
         self._rate_wait = None
-        for campaign in self._in_turn(Campaign.objects.sending()):
+        sending = Campaign.objects.sending()
+        self._console.sending([campaign.campaign_id for campaign in sending])
+        for campaign in self._in_turn(sending):
             buckets = [b for b in (campaign.rate_limit_id, self._transport_bucket()) if b]
             grant = RateLimit.objects.take(buckets, want=self.batch_size)
             if not grant.count:
@@ -276,7 +291,12 @@ class Worker:
 
     def _settle(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
         if outcomes:
-            self._settler.submit(lambda: batch.tally.add(self._record(batch, outcomes)))
+            self._settler.submit(lambda: self._settled(batch, outcomes))
+
+    def _settled(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
+        settled = self._record(batch, outcomes)
+        batch.tally.add(settled)
+        self._suppress_hard_bounces(batch, outcomes, settled)
 
     def _contain(self, batch: Batch, exc: Exception) -> None:
         """Pause the batch's campaign with the reason, and give back its rows that never went
@@ -295,8 +315,7 @@ class Worker:
 
     def _finish(self) -> None:
         self._settler.drain()  # finish judges by settled rows
-        for campaign_id in Campaign.objects.finish():
-            logger.info("campaign %s finished", campaign_id)
+        self._console.finished(Campaign.objects.finish())
 
     # --- the steps' parts --------------------------------------------------------------------
 
@@ -412,6 +431,30 @@ class Worker:
                     backoff_max=settings.SENDER_BACKOFF_MAX)
 
         return self._retrying_db(settle, deadline=time.monotonic() + self.lease) or {}
+
+    def _suppress_hard_bounces(self, batch: Batch, outcomes: Sequence[Outcome],
+                               settled: dict[int, str]) -> None:
+        """Suppress, for its tenant, each address our relay refused for good (5.1.x, 5.2.1), as
+        an ESP's hard bounce does. After the settle and in a statement of its own: the settle
+        never waits for it, and a failure here loses only the suppression (the next campaign's
+        bounce makes it)."""
+        bounced = [o.send_id for o in outcomes
+                   if settled.get(o.send_id) == Send.Status.FAILED and smtp_hard_bounce(o.error)]
+        if not bounced:
+            return
+        try:
+            suppressed = Suppression.objects.suppress_bounced(bounced)
+        except Exception as exc:
+            if isinstance(exc, OperationalError | InterfaceError):
+                _discard_connection()
+            logger.warning("campaign %s: %d hard-bounced addresses not suppressed (%s)",
+                           batch.campaign_id, len(bounced), exc, exc_info=exc,
+                           extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
+            return
+        if suppressed:
+            logger.info("campaign %s: %d hard-bounced addresses suppressed for the tenant",
+                        batch.campaign_id, len(suppressed),
+                        extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
 
     def _idle_wait(self, busy: bool, next_in: float | None) -> float:
         wait = self.tick if next_in is None else min(self.tick, next_in)

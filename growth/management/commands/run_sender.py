@@ -1,26 +1,33 @@
 import signal
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from growth.sending.worker import Worker, default_worker_id
 
 
 class Command(BaseCommand):
-    help = "Run the campaign sender: start due campaigns, build, claim, deliver, settle, finish."
+    help = ("Run the campaign sender: start due campaigns, build, claim, deliver, settle, finish. "
+            "By default it runs until SIGTERM or Ctrl-C (the batch in hand is finished first), "
+            "printing each campaign's progress every few seconds; messages go where EMAIL_URL "
+            "says (consolemail:// and filemail:// send nothing, and it warns so at start).")
 
     def add_arguments(self, parser):
         mode = parser.add_mutually_exclusive_group()
-        mode.add_argument("--once", action="store_true", help="Run one cycle and exit.")
+        mode.add_argument("--once", action="store_true",
+                          help="Run one cycle and exit (default: keep running).")
         mode.add_argument("--until-idle", action="store_true",
-                          help="Exit once no campaign is due or sending (paused ones do not count).")
+                          help="Exit once no campaign is due or sending; paused ones do not count "
+                               "(default: keep running).")
         parser.add_argument("--batch-size", type=int, default=20,
                             help="Rows claimed per batch (default: 20).")
         parser.add_argument("--tick", type=float, default=60.0,
                             help="Seconds to sleep when idle; a full batch goes on at once "
                                  "(default: 60).")
         parser.add_argument("--lease", type=float, default=None,
-                            help="Seconds a claimed row stays ours (default: SENDER_LEASE, 300).")
+                            help="Seconds a claimed row stays ours (default: SENDER_LEASE, "
+                                 f"now {settings.SENDER_LEASE:g}).")
         parser.add_argument("--worker-id", default=None,
                             help=f"Name in claimed_by (default host:pid, e.g. {default_worker_id()}).")
         parser.add_argument("--metrics-port", type=int, default=None,

@@ -34,6 +34,7 @@ class DjangoMailTransport(BaseTransport):
         self._connection = None
         self._senders: dict[str, str] = {}  # From as given -> as the SMTP envelope wants it
         backend_class = import_string(backend or settings.EMAIL_BACKEND)
+        self.backend_class = backend_class  # what the worker's console says of it at start
         self.idempotent = idempotent
         self.receiver_declares_idempotent = getattr(backend_class, "idempotent_receiver", False)
         self.idempotency_window = getattr(backend_class, "idempotency_window", None)
