@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from growth.models import Campaign, Subscriber, Suppression
+from growth.models import Campaign, Send, Subscriber, Suppression
 from growth.sending.unsubscribe import make_token
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
 from tests.scenarios import member, operator, sending_campaign
@@ -159,27 +159,89 @@ def test_a_tenant_adds_finds_and_removes_a_suppression(page):
 def test_a_recipient_opens_the_link_and_unsubscribes(page):
     from playwright.sync_api import expect
 
-    account = AccountFactory(name="Acme Books")
+    account = AccountFactory(name="acme-books", from_name="Acme Books")
     campaign = CampaignFactory(account=account)
     subscriber = SubscriberFactory(segment=SegmentFactory(account=account), email="reader@example.com")
     token = make_token(account_id=account.id, subscriber_id=subscriber.id, campaign_id=campaign.id)
     response = page.goto(reverse("growth:unsubscribe", args=[token]))
     assert response.status == 200
     expect(page.locator("h1")).to_have_text("Unsubscribe from Acme Books?")
+    expect(page.locator("main")).to_contain_text("r•••@e•••.com")
+    assert "reader@example.com" not in page.content()  # the link may have been forwarded
     shot(page, "public-confirm")
     assert not Suppression.objects.exists()  # opening the link changed nothing
     page.get_by_role("button", name="Unsubscribe").click()
     expect(page.locator("h1")).to_have_text("You are unsubscribed")
+    assert "/done/" in page.url  # Post/Redirect/Get
     shot(page, "public-done")
     suppression = Suppression.objects.get()
     assert (suppression.email_lower, suppression.reason, suppression.campaign_id) == (
         "reader@example.com", "unsubscribed", campaign.id)
     subscriber.refresh_from_db()
     assert subscriber.status == Subscriber.Status.UNSUBSCRIBED
+    page.reload()  # no "resubmit the form?": nothing is posted again
+    expect(page.locator("h1")).to_have_text("You are unsubscribed")
+
+    page.goto(reverse("growth:unsubscribe", args=[token]))  # the email's link, opened again
+    expect(page.locator("h1")).to_have_text("You are already unsubscribed")
+    expect(page.locator("form")).to_have_count(0)
 
     bad = page.goto(reverse("growth:unsubscribe", args=[token[:-3]]))
     assert bad.status == 400
     expect(page.locator("h1")).to_have_text("This link is not valid")
+
+
+def test_a_recipient_undoes_an_unsubscribe_made_by_mistake(page):
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="Acme Books")
+    subscriber = SubscriberFactory(segment=SegmentFactory(account=account), email="reader@example.com")
+    token = make_token(account_id=account.id, subscriber_id=subscriber.id, campaign_id=None)
+    page.goto(reverse("growth:unsubscribe", args=[token]))
+    page.get_by_role("button", name="Unsubscribe").click()
+    expect(page.locator("h1")).to_have_text("You are unsubscribed")
+    done_url = page.url
+    page.get_by_role("link", name="Resubscribe").click()
+    expect(page.locator("h1")).to_have_text("Resubscribe to Acme Books?")
+    shot(page, "public-undo-confirm")
+    assert Suppression.objects.exists()  # opening the undo changed nothing
+    page.get_by_role("button", name="Resubscribe").click()
+    expect(page.locator("h1")).to_have_text("You are subscribed again")
+    shot(page, "public-undo-done")
+    assert not Suppression.objects.exists()
+    subscriber.refresh_from_db()
+    assert subscriber.status == Subscriber.Status.CONFIRMED
+    page.goto(done_url)  # the done page of an opt-out undone since asks again
+    expect(page.locator("h1")).to_have_text("Unsubscribe from Acme Books?")
+
+
+def test_a_tenant_suppresses_and_removes_an_address_from_its_lookup(page):
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="Acme", slug="acme")
+    SubscriberFactory(segment=SegmentFactory(account=account, name="News"), email="ann@example.com")
+    member(account, username="tina")
+    log_in(page, reverse("growth:tenant:login"), "tina")
+    page.get_by_role("link", name="Look up an address").click()
+    page.fill("input[name=email]", "ann@example.com")
+    page.get_by_role("button", name="Look up").click()
+    expect(page.locator("tbody tr").first).to_contain_text("Confirmed")
+    page.select_option("select[name=reason]", "complained")
+    page.get_by_role("button", name="Suppress").click()
+    expect(page.locator(".messages")).to_contain_text("ann@example.com is suppressed.")
+    expect(page.locator(".lookup-state")).to_contain_text("Suppressed (complained)")
+    expect(page.locator("tbody tr").first).to_contain_text("Suppressed")
+    expect(page.locator("tbody tr").first).not_to_contain_text("Confirmed")
+    shot(page, "tenant-lookup-suppressed")
+    assert Suppression.objects.get().reason == "complained"
+
+    page.get_by_role("link", name=re.compile("Remove ann@example.com")).click()
+    expect(page.locator("h1")).to_contain_text("ann@example.com")
+    assert Suppression.objects.exists()  # not yet
+    page.get_by_role("button", name="Remove").click()
+    expect(page.locator(".messages")).to_contain_text("ann@example.com is no longer suppressed.")
+    expect(page.locator(".lookup-state")).to_contain_text("Not on the suppression list.")
+    assert not Suppression.objects.exists()
 
 
 def test_a_tenant_user_cannot_reach_another_tenants_pages(page):
@@ -210,11 +272,13 @@ def test_the_tenant_pages_fit_a_phone(browser, live_server):
     page = context.new_page()
     try:
         log_in(page, reverse("growth:tenant:login"), "tina")
-        for name in ("suppressions", "suppression-add", "suppression-import", "lookup"):
-            page.goto(reverse(f"growth:tenant:{name}", args=["acme"]))
+        looked_up = "?email=someone.with.a.long.address0@subdomain.example.com"
+        for name, query in (("suppressions", ""), ("suppression-add", ""), ("suppression-import", ""),
+                            ("lookup", ""), ("lookup", looked_up)):
+            page.goto(reverse(f"growth:tenant:{name}", args=["acme"]) + query)
             overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-            assert overflow <= 0, f"{name} is {overflow}px wider than the phone"
-            shot(page, f"phone-{name}")
+            assert overflow <= 0, f"{name}{query} is {overflow}px wider than the phone"
+            shot(page, f"phone-{name}{'-result' if query else ''}")
     finally:
         context.close()
 
@@ -222,7 +286,6 @@ def test_the_tenant_pages_fit_a_phone(browser, live_server):
 def test_an_operator_resends_a_paused_campaign_to_the_rest(page):
     from playwright.sync_api import expect
 
-    from growth.models import Send
     from growth.operations.campaigns import pause_campaign
 
     account = AccountFactory(name="Acme")
@@ -243,3 +306,52 @@ def test_an_operator_resends_a_paused_campaign_to_the_rest(page):
     shot(page, "admin-campaign-follow-up")
     follow_up = Campaign.objects.get(resend_of=campaign)
     assert follow_up.status == "draft" and follow_up.name == "Spring sale — resend to the rest"
+
+
+def test_the_campaign_page_follows_a_live_send_then_pauses_from_its_button(page):
+    """A real worker sends while the page is open: the counts move with no reload; the page's
+    Pause button asks first, then pauses, and History says who did it."""
+    import threading
+    import time
+
+    from playwright.sync_api import expect
+
+    from growth.sending.transports.null import NullTransport
+    from growth.sending.worker import Worker
+
+    class SlowTransport(NullTransport):
+        def send_bulk(self, deliveries):
+            time.sleep(0.05 * len(deliveries))
+            return super().send_bulk(deliveries)
+
+    account = AccountFactory(name="Acme")
+    campaign = sending_campaign(count=400, account=account, name="Spring sale")
+    operator(account, username="olga")
+    log_in(page, reverse("admin:login"), "olga")
+    page.goto(reverse("admin:growth_campaign_change", args=[campaign.pk]))
+    label = page.locator(".growth-progress__label a").first
+    expect(label).to_have_text("0 / 400 sent")
+    worker = Worker(worker_id="live", batch_size=10, transport=SlowTransport(), until_idle=True,
+                    tick=0.2)
+    sender = threading.Thread(target=worker.run, daemon=True)
+    sender.start()
+    try:
+        expect(label).not_to_have_text("0 / 400 sent", timeout=20_000)  # polled, not reloaded
+        shot(page, "admin-campaign-live")
+        page.get_by_role("link", name="Pause…").click()
+        expect(page.locator(".growth-confirm")).to_contain_text("queued wait until it is resumed")
+        page.get_by_role("button", name="Yes, pause").click()
+        expect(page.locator(".messagelist")).to_contain_text("1 campaign paused")
+        sender.join(30)  # until_idle: a paused campaign leaves it nothing to do
+        assert not sender.is_alive()
+    finally:
+        worker.stop()
+        sender.join(30)
+    campaign.refresh_from_db()
+    assert campaign.status == "paused"
+    sent = Send.objects.filter(campaign=campaign, status="sent").count()
+    assert 0 < sent < 400
+    expect(label).to_have_text(f"{sent} / 400 sent", timeout=20_000)
+    page.get_by_role("link", name="History").click()
+    expect(page.locator("#change-history")).to_contain_text("Paused.")
+    expect(page.locator("#change-history")).to_contain_text("olga")

@@ -146,6 +146,54 @@ def test_search_filter_and_pages(client, user, tenant):
     assert client.get(url("suppressions", tenant), {"page": "junk"}).status_code == 200
 
 
+def facets(body: str) -> dict[str, str]:
+    """{label: count} of the list's counts by reason."""
+    return dict(re.findall(r'class="facet facet--[a-z]+"[^>]*>(\w+) <span class="facet__count">(\d+)</span>',
+                           body))
+
+
+def test_counts_by_reason_in_one_aggregate_each_a_filter(client, user, tenant, other_tenant):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    Suppression.objects.bulk_create(
+        [Suppression(account=tenant, email_lower=f"gone{n}@example.com", reason="unsubscribed")
+         for n in range(3)]
+        + [Suppression(account=tenant, email_lower="bounce@example.org", reason="bounced"),
+           Suppression(account=tenant, email_lower="typed@example.com", reason="manual"),
+           Suppression(account=other_tenant, email_lower="theirs@example.com", reason="complained")])
+    with CaptureQueriesContext(connection) as queries:
+        body = client.get(url("suppressions", tenant)).content.decode()
+    assert facets(body) == {"All": "5", "Unsubscribed": "3", "Bounced": "1", "Complained": "0",
+                            "Manual": "1", "Imported": "0"}
+    assert sum("FILTER (WHERE" in q["sql"] for q in queries.captured_queries) == 1
+    # each count links to the list filtered by its reason, and that list has as many rows
+    link = re.search(r'href="([^"]*)" class="facet facet--unsubscribed"', body)[1]
+    assert link == url("suppressions", tenant) + "?reason=unsubscribed"
+    filtered = client.get(link).content.decode()
+    assert filtered.count('<td data-label="Address"') == 3
+    assert re.search(r'class="facet facet--unsubscribed" aria-current="page"', filtered)
+    assert "bounce@example.org" not in filtered
+
+
+def test_counts_follow_the_search_and_its_links_keep_it(client, user, tenant):
+    suppress(tenant, "ann@example.com", reason="bounced")
+    suppress(tenant, "ann@example.org", reason="manual")
+    suppress(tenant, "bob@example.com", reason="bounced")
+    body = client.get(url("suppressions", tenant), {"q": "ann"}).content.decode()
+    assert facets(body) == {"All": "2", "Unsubscribed": "0", "Bounced": "1", "Complained": "0",
+                            "Manual": "1", "Imported": "0"}
+    link = re.search(r'href="([^"]*)" class="facet facet--bounced"', body)[1]
+    assert link == url("suppressions", tenant) + "?q=ann&amp;reason=bounced"
+    filtered = client.get(url("suppressions", tenant), {"q": "ann", "reason": "bounced"}).content.decode()
+    assert "ann@example.com" in filtered and "ann@example.org" not in filtered
+    assert "bob@example.com" not in filtered
+    # an unknown reason filters nothing and selects "All"
+    junk = client.get(url("suppressions", tenant), {"reason": "<script>"}).content.decode()
+    assert junk.count('<td data-label="Address"') == 3 and "<script>" not in junk
+    assert re.search(r'class="facet facet--all" aria-current="page"', junk)
+
+
 # --- adding --------------------------------------------------------------------------------------
 
 def test_adding_one_or_many_addresses(client, user, tenant):
@@ -267,7 +315,9 @@ def test_lookup_shows_status_suppression_and_the_campaigns_that_reached_the_addr
     body = client.get(url("lookup", tenant), {"email": "PERSON0@example.com"}).content.decode()
     assert "person0@example.com" in body
     assert "Suppressed</strong> (bounced)" in body
-    assert "Confirmed" in body
+    # its subscriber row is confirmed, but it is not mailed: shown as suppressed
+    assert '<span class="status status--suppressed">Suppressed</span>' in body
+    assert "Confirmed" not in body
     assert "Reached by 1 campaign." in body and "Spring sale" in body
     assert "Someone else" not in body
     body = client.get(url("lookup", tenant), {"email": "nobody@example.com"}).content.decode()

@@ -1,15 +1,22 @@
-"""Signed unsubscribe tokens and the links that carry them.
+"""Signed unsubscribe tokens and the links that carry them, and the undo tokens of opt-outs.
 
-A token names (account, subscriber, campaign), is signed with a purpose-specific salt, never
-expires (a link in a months-old email must still work) and survives a SECRET_KEY rotation through
-SECRET_KEY_FALLBACKS.
+An unsubscribe token names (account, subscriber, campaign), is signed with a purpose-specific
+salt, never expires (a link in a months-old email must still work) and survives a SECRET_KEY
+rotation through SECRET_KEY_FALLBACKS.
+
+An undo token ("Unsubscribed by mistake? Resubscribe") names one opt-out: the suppression it
+created and the subscriber rows it marked, with the status each had. It has a salt of its own, so
+neither kind of token reads as the other, is handed out only to whoever just unsubscribed (on the
+page the form redirects to), and expires after UNDO_MAX_AGE.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import zlib
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.core import signing
@@ -17,6 +24,9 @@ from django.urls import reverse
 from django.utils.encoding import force_bytes
 
 SALT = "growth.unsubscribe.v1"
+UNDO_SALT = "growth.unsubscribe.undo.v1"
+UNDO_MAX_AGE = timedelta(days=7)
+MAX_TOKEN_LENGTH = 4096  # far above any token we sign; longer is not ours, and not worth decoding
 _PLACEHOLDER = "TOKEN"
 
 
@@ -27,8 +37,23 @@ class UnsubscribeTarget:
     campaign_id: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class UndoTarget:
+    """One opt-out, as the recipient may undo it (see growth.audience.opt_outs.resubscribe)."""
+
+    account_id: int
+    subscriber_id: int
+    suppression_id: int  # the suppression that opt-out created
+    confirmed_ids: tuple[int, ...]  # subscriber rows it moved from confirmed to unsubscribed
+    pending_ids: tuple[int, ...]  # and from pending
+
+
 class BadToken(Exception):
     """The token was tampered with, truncated, or is not one of ours."""
+
+
+class ExpiredToken(BadToken):
+    """A genuine undo token, older than UNDO_MAX_AGE."""
 
 
 def make_token(*, account_id: int, subscriber_id: int, campaign_id: int | None) -> str:
@@ -37,6 +62,8 @@ def make_token(*, account_id: int, subscriber_id: int, campaign_id: int | None) 
 
 def read_token(token: str) -> UnsubscribeTarget:
     """Return what the token names, or raise BadToken."""
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise BadToken("too long")
     try:
         account_id, subscriber_id, campaign_id = signing.Signer(salt=SALT).unsign_object(token)
     except (signing.BadSignature, ValueError, TypeError, UnicodeError) as exc:
@@ -45,6 +72,38 @@ def read_token(token: str) -> UnsubscribeTarget:
             and (campaign_id is None or isinstance(campaign_id, int))):
         raise BadToken("malformed payload")
     return UnsubscribeTarget(account_id, subscriber_id, campaign_id)
+
+
+def make_undo_token(target: UndoTarget) -> str:
+    payload = [target.account_id, target.subscriber_id, target.suppression_id,
+               list(target.confirmed_ids), list(target.pending_ids)]
+    # compressed: an address in many segments makes long lists of ids
+    return signing.TimestampSigner(salt=UNDO_SALT).sign_object(payload, compress=True)
+
+
+def read_undo_token(token: str) -> UndoTarget:
+    """Return the opt-out the token names; raise ExpiredToken past UNDO_MAX_AGE, BadToken for
+    anything else that is not a genuine undo token."""
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise BadToken("too long")
+    try:
+        payload = signing.TimestampSigner(salt=UNDO_SALT).unsign_object(token, max_age=UNDO_MAX_AGE)
+    except signing.SignatureExpired as exc:
+        raise ExpiredToken(str(exc)) from exc
+    except (signing.BadSignature, ValueError, TypeError, UnicodeError, zlib.error) as exc:
+        raise BadToken(str(exc)) from exc
+    if not (isinstance(payload, list) and len(payload) == 5
+            and all(_is_id(value) for value in payload[:3])
+            and all(isinstance(ids, list) and all(_is_id(i) for i in ids) for ids in payload[3:])):
+        raise BadToken("malformed payload")
+    account_id, subscriber_id, suppression_id, confirmed_ids, pending_ids = payload
+    return UndoTarget(account_id, subscriber_id, suppression_id, tuple(confirmed_ids),
+                      tuple(pending_ids))
+
+
+def _is_id(value: object) -> bool:
+    # bool is an int to isinstance; a database id fits a bigint
+    return type(value) is int and 0 < value < 2**63
 
 
 class _KeyedSigner(signing.Signer):

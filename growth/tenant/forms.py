@@ -26,3 +26,10 @@ class ImportSuppressionsForm(forms.Form):
 class LookupForm(forms.Form):
     email = forms.CharField(label="Address", max_length=320,
                             widget=forms.EmailInput(attrs={"autocomplete": "off"}))
+
+
+class SuppressAddressForm(forms.Form):
+    """Suppress the address a lookup shows, from the lookup page."""
+
+    email = forms.CharField(max_length=320, widget=forms.HiddenInput)
+    reason = forms.ChoiceField(choices=MANUAL_REASONS, initial=Suppression.Reason.MANUAL)

@@ -21,6 +21,7 @@ urlpatterns = [
     path("accounts/<slug:slug>/suppressions/export.csv", views.suppression_export,
          name="suppression-export"),
     path("accounts/<slug:slug>/lookup/", views.lookup, name="lookup"),
+    path("accounts/<slug:slug>/lookup/suppress/", views.lookup_suppress, name="lookup-suppress"),
     path("accounts/<slug:slug>/campaigns/", views.campaign_list, name="campaigns"),
     path("accounts/<slug:slug>/campaigns/<int:campaign_id>/sends.csv", views.campaign_export,
          name="campaign-export"),

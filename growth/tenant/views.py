@@ -2,23 +2,27 @@ from __future__ import annotations
 
 import csv
 from datetime import UTC
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
+from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from growth.admin.send_errors import read_error
 from growth.audience.address_files import UnreadableFile, read_csv, read_text, spreadsheet_safe
 from growth.audience.imports import import_suppressions
 from growth.audience.opt_outs import lookup_address, remove_suppression
 from growth.ledger.download import csv_download
 from growth.models import Campaign, Membership, Subscriber, Suppression
 from growth.tenant.access import LOGIN_URL, member_view
-from growth.tenant.forms import AddSuppressionsForm, ImportSuppressionsForm, LookupForm
+from growth.tenant.forms import AddSuppressionsForm, ImportSuppressionsForm, LookupForm, SuppressAddressForm
 
 PAGE_SIZE = 50
 SHOWN_IN_MESSAGES = 10  # addresses named in a message; beyond, a count
@@ -45,11 +49,24 @@ def suppression_list(request: HttpRequest, member: Membership) -> HttpResponse:
                     .order_by("-created_at", "-id"))
     if query:
         suppressions = suppressions.filter(email_lower__icontains=query)
+    counts = _counts_by_reason(suppressions)
     if reason in Suppression.Reason.values:
         suppressions = suppressions.filter(reason=reason)
+    else:
+        reason = ""
     page = Paginator(suppressions, PAGE_SIZE).get_page(request.GET.get("page"))
     return _page(request, member, "suppression_list.html", page=page, query=query, reason=reason,
-                 reasons=Suppression.Reason.choices)
+                 reasons=Suppression.Reason.choices, counts=counts)
+
+
+def _counts_by_reason(suppressions) -> list[tuple[str, str, int]]:
+    """(reason, label, how many) for every reason, "" first for all of them: one aggregate over
+    the list as searched, each a link that filters it."""
+    counted = suppressions.aggregate(
+        all=Count("id"),
+        **{value: Count("id", filter=Q(reason=value)) for value in Suppression.Reason.values})
+    return [("", "All", counted["all"])] + [
+        (value, label, counted[value]) for value, label in Suppression.Reason.choices]
 
 
 @require_http_methods(["GET", "POST"])
@@ -73,21 +90,27 @@ def suppression_add(request: HttpRequest, member: Membership) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @member_view(edit=True)
 def suppression_remove(request: HttpRequest, member: Membership, pk: int) -> HttpResponse:
-    """GET asks for confirmation; POST removes. Another tenant's id is a 404, like a missing one."""
+    """GET asks for confirmation; POST removes. Another tenant's id is a 404, like a missing one.
+    ``back=lookup``: asked from the address's lookup, which it then returns to."""
+    back_to_lookup = request.POST.get("back", request.GET.get("back")) == "lookup"
     if request.method == "POST":
         try:
             address = remove_suppression(account_id=member.account_id, suppression_id=pk)
         except Suppression.DoesNotExist:
             raise Http404("There is no such suppression in this account.") from None
         messages.success(request, f"{address} is no longer suppressed.")
+        if back_to_lookup:
+            return redirect(_lookup_url(member, address))
         return redirect("growth:tenant:suppressions", slug=member.account.slug)
     suppression = get_object_or_404(Suppression.objects.select_related("campaign"),
                                     pk=pk, account=member.account)
     unsubscribed = Subscriber.objects.filter(account=member.account,
                                              email_lower=suppression.email_lower,
                                              status=Subscriber.Status.UNSUBSCRIBED).count()
+    cancel_url = (_lookup_url(member, suppression.email_lower) if back_to_lookup
+                  else reverse("growth:tenant:suppressions", args=[member.account.slug]))
     return _page(request, member, "suppression_remove.html", suppression=suppression,
-                 unsubscribed=unsubscribed)
+                 unsubscribed=unsubscribed, back_to_lookup=back_to_lookup, cancel_url=cancel_url)
 
 
 @require_http_methods(["GET", "POST"])
@@ -155,7 +178,50 @@ def lookup(request: HttpRequest, member: Membership) -> HttpResponse:
             result = lookup_address(account_id=member.account_id, raw=form.cleaned_data["email"])
         except ValidationError as exc:
             form.add_error("email", exc.messages)
-    return _page(request, member, "lookup.html", form=form, result=result)
+    return _lookup_page(request, member, form, result)
+
+
+@require_POST
+@member_view(edit=True)
+def lookup_suppress(request: HttpRequest, member: Membership) -> HttpResponse:
+    """Suppress the address a lookup shows, then show its lookup again."""
+    form = SuppressAddressForm(request.POST)
+    if form.is_valid():
+        try:
+            result = lookup_address(account_id=member.account_id, raw=form.cleaned_data["email"])
+        except ValidationError as exc:
+            form.add_error("email", exc.messages)
+        else:
+            if Suppression.objects.suppress(account_id=member.account_id,
+                                            email_lower=result.email_lower,
+                                            reason=form.cleaned_data["reason"]):
+                messages.success(request, f"{result.email_lower} is suppressed.")
+            else:
+                messages.info(request, f"{result.email_lower} was already suppressed; "
+                                       "left as it was.")
+            return redirect(_lookup_url(member, result.email_lower))
+    problems = " ".join(f"{form[field].label}: {' '.join(errors)}"
+                        for field, errors in form.errors.items())
+    return _lookup_page(request, member, LookupForm(), None, status=400,
+                        error=f"Nothing was suppressed. {problems}")
+
+
+def _lookup_page(request: HttpRequest, member: Membership, form: LookupForm,
+                 result, *, status: int = 200, error: str = "") -> HttpResponse:
+    failure = result and result.last_failure
+    suppress_form = None
+    if result and result.suppression is None and member.can_edit:
+        suppress_form = SuppressAddressForm(initial={"email": result.email_lower})
+    response = _page(request, member, "lookup.html", form=form, result=result, error=error,
+                     failure=failure, failure_reason=failure and read_error(failure.last_error),
+                     suppress_form=suppress_form)
+    response.status_code = status
+    return response
+
+
+def _lookup_url(member: Membership, email_lower: str) -> str:
+    return (reverse("growth:tenant:lookup", args=[member.account.slug])
+            + "?" + urlencode({"email": email_lower}))
 
 
 def _page(request: HttpRequest, member: Membership, template: str, **context) -> HttpResponse:
