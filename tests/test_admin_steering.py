@@ -117,3 +117,22 @@ def test_no_delete_once_it_has_recipients_and_one_save_after_draft(client, staff
     assert reverse("admin:growth_campaign_delete", args=[running.pk]) not in body
     assert "_addanother" not in body and "_continue" not in body
     assert client.get(reverse("admin:growth_campaign_delete", args=[running.pk])).status_code == 403
+
+
+def test_the_page_says_who_holds_its_rows_on_the_wire_and_whether_they_are_alive(client, staff, tenant):
+    from django.utils import timezone
+
+    from growth.models import WorkerHeartbeat
+
+    campaign = sending_campaign(count=5, account=tenant)
+    Send.objects.claim(worker_id="host:1", batch_size=2, lease=60)
+    Send.objects.claim(worker_id="host:2", batch_size=1, lease=60)
+    WorkerHeartbeat.objects.beat(worker_id="host:1", hostname="host", pid=1, receiver="plain",
+                                 batch_size=2)
+    WorkerHeartbeat.objects.beat(worker_id="host:2", hostname="host", pid=2, receiver="plain",
+                                 batch_size=1)
+    WorkerHeartbeat.objects.filter(worker_id="host:2").update(
+        seen_at=timezone.now() - timezone.timedelta(minutes=5))
+    body = page(client, campaign)
+    assert "2 recipients held by <code>host:1</code>:\n      alive" in body
+    assert "1 recipient held by <code>host:2</code>" in body and "nobody is sending them" in body

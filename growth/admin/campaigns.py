@@ -17,7 +17,8 @@ from growth.admin.monitor import MonitorMixin
 from growth.admin.review_queue import campaign_review_counts
 from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin
 from growth.admin.transitions import TransitionAdminMixin
-from growth.models import Campaign, Send
+from growth.admin.workers import is_alive
+from growth.models import Campaign, Send, WorkerHeartbeat
 from growth.operations.follow_ups import resend_refusal
 from growth.operations.previews import SendTestFailed, preview_campaign, send_test_message
 
@@ -175,6 +176,8 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
                 context.update(show_save_and_add_another=False, show_save_and_continue=False)
             context["sends_url"] = _sends_url(obj.id)
             context["review_counts"] = campaign_review_counts(obj.id)
+            context["holders"] = [(holder, is_alive(holder.seen_at, holder.stopped_at))
+                                  for holder in WorkerHeartbeat.objects.holders_of(campaign_id=obj.id)]
             if obj.recipients_built_at is not None:
                 context["export_url"] = reverse("admin:growth_campaign_export", args=[obj.pk])
             context["send_test_url"] = reverse("admin:growth_campaign_send_test", args=[obj.pk])

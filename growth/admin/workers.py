@@ -17,6 +17,10 @@ from growth.sending.worker import HEARTBEAT_EVERY
 LATE = timedelta(seconds=3 * HEARTBEAT_EVERY)  # three missed beats: taken for dead
 
 
+def is_alive(seen_at, stopped_at, now=None) -> bool:
+    return seen_at is not None and stopped_at is None and (now or timezone.now()) - seen_at < LATE
+
+
 @admin.register(WorkerHeartbeat)
 class WorkerAdmin(ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ["worker_id", "state", "hostname", "pid", "receiver", "batch_size",
@@ -36,7 +40,7 @@ class WorkerAdmin(ReadOnlyAdmin, admin.ModelAdmin):
         now = timezone.now()
         for worker in changelist.result_list:
             worker.held = held.get(worker.worker_id)
-            worker.alive = worker.stopped_at is None and now - worker.seen_at < LATE
+            worker.alive = is_alive(worker.seen_at, worker.stopped_at, now)
         return changelist
 
     @admin.display(description="state")

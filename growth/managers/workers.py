@@ -17,6 +17,15 @@ class Held(FromRow):
     lease_ends_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class Holder(FromRow):
+    worker_id: str
+    rows_held: int
+    lease_ends_at: datetime
+    seen_at: datetime | None  # its last heartbeat (None: none on record)
+    stopped_at: datetime | None
+
+
 class HeartbeatManager(models.Manager):
     """Workers' heartbeats (see workers.sql)."""
 
@@ -31,3 +40,8 @@ class HeartbeatManager(models.Manager):
     def held(self) -> dict[str, Held]:
         """{worker id: the rows it holds under a lease} for every worker holding any."""
         return {row["worker_id"]: Held.from_row(row) for row in QUERIES.rows("held")}
+
+    def holders_of(self, *, campaign_id: int) -> list[Holder]:
+        """Who holds the campaign's rows on the wire, with their last heartbeat."""
+        return [Holder.from_row(row)
+                for row in QUERIES.rows("held_in_campaign", campaign_id=campaign_id)]

@@ -20,3 +20,15 @@ SELECT claimed_by AS worker_id, count(*) AS rows_held, min(lease_expires_at) AS 
   FROM growth_sends
  WHERE status = 'sending'
  GROUP BY claimed_by;
+
+-- held_in_campaign --
+-- who holds the campaign's rows on the wire, with each holder's last heartbeat (none: it never
+-- beat, or its row was removed); served by (campaign_id, status, sent_at)
+SELECT s.claimed_by AS worker_id, count(*) AS rows_held, min(s.lease_expires_at) AS lease_ends_at,
+       w.seen_at, w.stopped_at
+  FROM growth_sends s
+  LEFT JOIN growth_workers w ON w.worker_id = s.claimed_by
+ WHERE s.campaign_id = %(campaign_id)s
+   AND s.status = 'sending'
+ GROUP BY s.claimed_by, w.seen_at, w.stopped_at
+ ORDER BY s.claimed_by;
