@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from tests.smtp import SMTPServer
@@ -52,3 +55,38 @@ def smtp_settings(settings, smtp_server):
     settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
     settings.EMAIL_TIMEOUT = 10
     return smtp_server
+
+
+# --- Playwright in Debian's chromium, one browser for the whole run (browser tests) ------------
+
+CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} is missing: apt-get install chromium to run the browser tests"
+        if os.environ.get("REQUIRE_BROWSER_TESTS"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are
+    # still synchronous and safe.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                              args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, live_server):
+    context = browser.new_context(base_url=live_server.url)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    yield page
+    context.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -225,7 +226,9 @@ def test_a_page_walks_the_campaigns_address_index_without_sorting():
                        {"campaign_id": campaign.id, "after": "person1500@example.com", "page": 500})
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using send_unique_address on growth_sends" in plan, plan
-    assert "Sort" not in plan and "Seq Scan on growth_sends" not in plan, plan
+    # (a Sort inside the per-send feedback aggregate is of that send's events only)
+    assert not re.search(r"Sort Key: \S*email_lower", plan), plan
+    assert "Seq Scan on growth_sends" not in plan, plan
 
 
 # --- the management command -------------------------------------------------------------------

@@ -21,7 +21,6 @@ from tests.scenarios import operator, sending_campaign
 pytestmark = pytest.mark.django_db
 
 LIST_URL = reverse("admin:growth_campaign_monitor")
-browser, page = test_browser.browser, test_browser.page  # Playwright's fixtures, for the last test
 
 
 def one_url(campaign) -> str:
