@@ -47,6 +47,36 @@ class Account(models.Model):
         return self.name
 
 
+class SendingDomain(models.Model):
+    """A DKIM key that signs the mail of one From domain: a tenant's own domain (its account), or
+    the platform's (no account) for tenants that send from it. The private key is written, never
+    shown back (see growth.admin.domains)."""
+
+    class Algorithm(models.TextChoices):
+        RSA = "rsa-sha256", "RSA-SHA256 (2048-bit key or more)"
+        ED25519 = "ed25519-sha256", "Ed25519-SHA256 (RFC 8463)"
+
+    account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="sending_domains",
+                                help_text="Empty: the platform's domain, for every tenant using it.")
+    domain = models.CharField(max_length=253, help_text="The From address's domain (d=).")
+    selector = models.CharField(max_length=63, help_text="s=: the key is published at "
+                                "<selector>._domainkey.<domain>.")
+    algorithm = models.CharField(max_length=16, choices=Algorithm.choices, default=Algorithm.RSA)
+    private_key = models.TextField(help_text="PEM (RSA) or base64 (Ed25519). Never shown again.")
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        db_table = "growth_sending_domains"
+        ordering = ["domain"]
+        constraints = [
+            models.UniqueConstraint("domain", name="sending_domain_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.selector}._domainkey.{self.domain}"
+
+
 class Membership(models.Model):
     """A user's access to one account: the admin and the tenant UI (/app/) show a non-superuser
     only the accounts it is a member of."""

@@ -138,6 +138,10 @@ SENDER_RATE_LIMIT = env.float("SENDER_RATE_LIMIT", default=0.0)  # messages/s fo
 SENDER_RATE_BURST = env.float("SENDER_RATE_BURST", default=20.0)  # messages
 SENDER_HANDOFF_CHUNK = env.int("SENDER_HANDOFF_CHUNK", default=5)  # messages per hand-over (plain)
 MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN", default=urlsplit(SITE_URL).hostname or "localhost")
+# VERP (growth.sending.verp): bounces come back to <BOUNCE_LOCAL_PART>+<signed job>@BOUNCE_DOMAIN;
+# unset, the envelope sender is the From address and bounces cannot be matched to their send.
+BOUNCE_DOMAIN = env.str("BOUNCE_DOMAIN", default="").strip().lower().rstrip(".")
+BOUNCE_LOCAL_PART = env.str("BOUNCE_LOCAL_PART", default="bounces")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
