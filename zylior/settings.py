@@ -142,6 +142,20 @@ MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN", default=urlsplit(SITE_URL).host
 # unset, the envelope sender is the From address and bounces cannot be matched to their send.
 BOUNCE_DOMAIN = env.str("BOUNCE_DOMAIN", default="").strip().lower().rstrip(".")
 BOUNCE_LOCAL_PART = env.str("BOUNCE_LOCAL_PART", default="bounces")
+# Bounces over a mailbox (growth.bounces, manage.py run_bounces): the IMAP mailbox to read them
+# from when --imap is not given (imaps://user:password@host:993/INBOX), and how many sends to an
+# address may bounce softly within the window before it is suppressed for the tenant (0: never).
+BOUNCE_IMAP_URL = env.str("BOUNCE_IMAP_URL", default="")
+BOUNCE_SOFT_LIMIT = env.int("BOUNCE_SOFT_LIMIT", default=3)
+BOUNCE_SOFT_WINDOW_DAYS = env.int("BOUNCE_SOFT_WINDOW_DAYS", default=7)
+# DKIM (growth.sending.dkim): a tenant's own sending domains are keyed in the admin; these give
+# the platform's key, which signs (d=DKIM_DOMAIN) the mail of every tenant without a key of its
+# own. Without DKIM_PRIVATE_KEY_FILE, the platform sending domain DKIM_DOMAIN in the admin holds
+# the key. DKIM_DOMAIN unset: no platform key (such mail goes out unsigned).
+DKIM_DOMAIN = env.str("DKIM_DOMAIN", default="").strip().lower().rstrip(".")
+DKIM_SELECTOR = env.str("DKIM_SELECTOR", default="").strip()
+DKIM_PRIVATE_KEY_FILE = env.str("DKIM_PRIVATE_KEY_FILE", default="")  # PEM (RSA), base64 (Ed25519)
+DKIM_ALGORITHM = env.str("DKIM_ALGORITHM", default="rsa-sha256")  # or ed25519-sha256
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -194,3 +208,20 @@ LOGGING = {
     "loggers": {"growth": {"handlers": ["console"], "level": LOG_LEVEL},
                 "django": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# The reputation guard (growth.reputation.guard): per tenant, its bounce and complaint rates over
+# the sends of the last REPUTATION_WINDOW_DAYS days. At or above a *_WARN threshold the admin
+# shows it; at or above a *_STOP threshold the tenant's sending campaigns are paused with the
+# reason, until an operator resumes them. Thresholds in percent. Complaints: Gmail's and Yahoo's
+# 2024 bulk-sender figures (below 0.1 %, never 0.3 %); bounces: our choice, after Amazon SES's
+# (below 2 % recommended, review at 5 %). Nothing is judged under REPUTATION_MIN_SENDS messages.
+REPUTATION_WINDOW_DAYS = env.int("REPUTATION_WINDOW_DAYS", default=7)
+REPUTATION_MIN_SENDS = env.int("REPUTATION_MIN_SENDS", default=500)
+REPUTATION_BOUNCE_WARN = env.float("REPUTATION_BOUNCE_WARN", default=2.0)  # percent
+REPUTATION_BOUNCE_STOP = env.float("REPUTATION_BOUNCE_STOP", default=5.0)  # percent
+REPUTATION_COMPLAINT_WARN = env.float("REPUTATION_COMPLAINT_WARN", default=0.1)  # percent
+REPUTATION_COMPLAINT_STOP = env.float("REPUTATION_COMPLAINT_STOP", default=0.3)  # percent
+REPUTATION_CHECK_EVERY = env.float("REPUTATION_CHECK_EVERY", default=30.0)  # seconds, per worker
+# check_sender / the account page's readiness panel: the public addresses mail leaves the relay
+# from, to check that SPF authorizes them (unset: SPF is reported, the relay not checked).
+DELIVERABILITY_RELAY_IPS = env.list("DELIVERABILITY_RELAY_IPS", default=[])
