@@ -31,6 +31,11 @@ How each figure is taken (details in each module's docstring under `bench/`):
   SMTP backend (plain receiver: a hand-over commit every `SENDER_HANDOFF_CHUNK` = 5 messages; and
   idempotent: one per batch) against a raw `smtplib` loop sending pre-built copies of the engine's
   own message over as many connections as there are workers.
+- **DKIM**: the same engine (plain receiver) and raw loop, one connection, on an audience of
+  their own, unsigned and signed with a platform key (`DKIM_*` settings; RSA-2048 and Ed25519,
+  dkimpy, relaxed/relaxed); the raw loop signs each copy on the clock, and the sink checks that
+  every message came signed. Beside them, the median time to sign the engine's message once,
+  in process.
 - **build**: `Send.objects.build_recipients` vs the same INSERT…SELECT alone vs a plain
   INSERT…SELECT of the same rows, each on an emptied `growth_sends` after a CHECKPOINT.
 - **memory**: one `run_sender --until-idle` over a whole campaign (build included); peak RSS is
@@ -172,6 +177,25 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
                        f"| {_cell(smtp, 'smtp engine plain', config['smtp_batch'], w)} "
                        f"| {_cell(smtp, 'smtp engine idempotent', config['smtp_batch'], w)} "
                        f"| {_ratio(plain, raw)} | {_ratio(idem, raw)} |")
+    dkim = results.get("dkim")
+    if dkim:
+        cost = {key: statistics.median(values) for key, values in dkim["signing_us"].items()}
+        algorithms = [key for key in cost if key != "bytes"]
+        out += ["", f"## DKIM on the SMTP path (recipients/s; {dkim['recipients']:,} recipients, one "
+                    f"connection, plain receiver, engine batch {dkim['batch']})", "",
+                f"Signing the engine's message ({cost['bytes']:,.0f} bytes) once, in process: "
+                + ", ".join(f"{a} {cost[a]:,.0f} µs" for a in algorithms) + ".", "",
+                "| signature | raw smtplib | engine | engine / engine unsigned "
+                "| smtplib / smtplib unsigned | engine / smtplib |", "|---|---|---|---|---|---|"]
+        bare_raw = _rate(smtp, "smtplib dkim unsigned", None, 1)
+        bare_engine = _rate(smtp, "smtp engine dkim unsigned", dkim["batch"], 1)
+        for label in ("unsigned", *algorithms):
+            raw = _rate(smtp, f"smtplib dkim {label}", None, 1)
+            engine = _rate(smtp, f"smtp engine dkim {label}", dkim["batch"], 1)
+            out.append(f"| {label} | {_cell(smtp, f'smtplib dkim {label}', None, 1)} "
+                       f"| {_cell(smtp, f'smtp engine dkim {label}', dkim['batch'], 1)} "
+                       f"| {_ratio(engine, bare_engine)} | {_ratio(raw, bare_raw)} "
+                       f"| {_ratio(engine, raw)} |")
     build = results.get("build")
     if build:
         med = {way: statistics.median(s) for way, s in build["seconds"].items()}

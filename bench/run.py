@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 DATABASE = "zylior_bench"
 FAMILIES = ["ceiling", "engine", "peers", "smtp", "build", "memory", "admin", "export", "profile"]
 OPT_IN = ["experiments"]  # only with --only
-QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000,
+QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000, "dkim_recipients": 1_000,
          "build_subscribers": 100_000, "memory_sizes": "5000,50000", "admin_sends": 100_000,
          "export_sizes": "10000,100000"}
 
@@ -40,6 +40,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="jobs for procrastinate (10,000: at ~100 jobs/s, N would take ~17 min a run)")
     parser.add_argument("--smtp-workers", default="1,2")
     parser.add_argument("--smtp-batch", type=int, default=500)
+    parser.add_argument("--dkim-recipients", type=int,
+                        help="N of the SMTP family's DKIM runs, unsigned and signed (5,000: RSA "
+                             "signs ~100 messages/s)")
     parser.add_argument("--build-subscribers", type=int, help="the build's account (1,000,000)")
     parser.add_argument("--memory-sizes", help="recipients of the memory runs (10000,1000000)")
     parser.add_argument("--memory-batch", type=int, default=500)
@@ -53,6 +56,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                              "family ran)")
     args = parser.parse_args(argv)
     defaults = {"recipients": 100_000, "repetitions": 3, "procrastinate_jobs": 10_000,
+                "dkim_recipients": 5_000,
                 "build_subscribers": 1_000_000, "memory_sizes": "10000,1000000",
                 "admin_sends": 1_000_000, "export_sizes": "10000,1000000"}
     for name, value in (QUICK if args.quick else defaults).items():
@@ -99,6 +103,7 @@ def measure(args: argparse.Namespace) -> dict:
         audience = data.audience(args.recipients)
         say(f"{audience.size:,} recipients generated in {audience.seconds:.1f} s")
     series: dict[tuple, list[float]] = {}
+    signing: list[dict[str, float]] = []  # DKIM: µs to sign one message, per repetition
 
     def record(system: str, batch: int | None, count: int, jobs: int, seconds: float) -> None:
         series.setdefault((system, batch, count, jobs), []).append(seconds)
@@ -117,10 +122,14 @@ def measure(args: argparse.Namespace) -> dict:
                        peers.procrastinate_run(jobs=args.procrastinate_jobs, workers=count))
         if "smtp" in want:
             _smtp(args, audience, record)
+            signing.append(_dkim(args, record))
     for (system, batch, count, jobs), seconds in series.items():
         entry = {"system": system, "batch": batch, "workers": count, "jobs": jobs, "seconds": seconds}
         results["smtp" if system.startswith(("smtp", "smtplib")) else "throughput"].append(entry)
 
+    if signing:
+        results["dkim"] = {"recipients": args.dkim_recipients, "batch": args.smtp_batch,
+                           "signing_us": {k: [rep[k] for rep in signing] for k in signing[0]}}
     if "build" in want:
         results["build"] = _build(args)
     if "memory" in want:
@@ -167,6 +176,26 @@ def _smtp(args, audience, record) -> None:
                        count, audience.size,
                        smtp.engine_run(audience=audience, workers=count, batch_size=args.smtp_batch,
                                        sink=sink, idempotent=idempotent, out=args.out))
+
+
+def _dkim(args, record) -> dict[str, float]:
+    """The SMTP path unsigned and DKIM-signed (RSA-2048, Ed25519), engine (plain receiver, the
+    default) and raw smtplib, one connection, on an audience of its own; and what signing one
+    message costs in process."""
+    from bench import data, smtp
+
+    audience = data.audience(args.dkim_recipients)
+    with smtp.Sink() as sink:
+        for algorithm in (None, *smtp.DKIM):
+            label = algorithm or "unsigned"
+            record(f"smtplib dkim {label}", None, 1, audience.size,
+                   smtp.raw_run(audience=audience, workers=1, sink=sink, dkim=algorithm))
+            record(f"smtp engine dkim {label}", args.smtp_batch, 1, audience.size,
+                   smtp.engine_run(audience=audience, workers=1, batch_size=args.smtp_batch,
+                                   sink=sink, idempotent=False, out=args.out, dkim=algorithm))
+    cost = smtp.signing_cost(audience)
+    say("  DKIM signing, one message: " + ", ".join(f"{k} {cost[k]:,.0f} µs" for k in smtp.DKIM))
+    return cost
 
 
 def _build(args) -> dict:

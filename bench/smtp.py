@@ -4,17 +4,26 @@ The sink is aiosmtpd on loopback in its own process (so it does not share a GIL 
 answering 250 to every message and counting them. The raw loop sends pre-built messages (the
 engine's own rendering of one recipient, with the address swapped per recipient, built before
 the clock starts) over the same number of connections as there are workers.
+
+DKIM: the same two, on a smaller audience, unsigned and signed with the platform's key
+(RSA-2048, Ed25519; the tests' keys), so that signed / unsigned is a ratio of the same run; the
+raw loop signs each copy on the clock too, and the sink counts what came signed. Beside them, the
+cost of signing one message in process (``signing_cost``).
 """
 
 from __future__ import annotations
 
 import smtplib
 import socket
+import time
+from pathlib import Path
 
 from bench.procs import SPAWN, timed_pool
 
 FROM = "news@bench.example"
 SAMPLE_EMAIL = "r1@bench.example"
+DKIM_KEYS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "dkim"
+DKIM = {"ed25519-sha256": "ed25519.key", "rsa-sha256": "rsa2048.pem"}  # algorithm -> key file
 
 
 def _free_port() -> int:
@@ -23,13 +32,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _sink(port: int, accepted, ready, stop) -> None:
+def _sink(port: int, accepted, signed, ready, stop) -> None:
     from aiosmtpd.controller import Controller
 
     class Counting:
         async def handle_DATA(self, server, session, envelope):
             with accepted.get_lock():
                 accepted.value += 1
+            if envelope.original_content.startswith(b"DKIM-Signature:"):
+                with signed.get_lock():
+                    signed.value += 1
             return "250 2.0.0 OK"
 
     controller = Controller(Counting(), hostname="127.0.0.1", port=port)
@@ -40,14 +52,16 @@ def _sink(port: int, accepted, ready, stop) -> None:
 
 
 class Sink:
-    """An aiosmtpd server in its own process; ``accepted`` counts the messages it took."""
+    """An aiosmtpd server in its own process; ``accepted`` counts the messages it took,
+    ``signed`` those of them that came with a DKIM signature."""
 
     def __init__(self) -> None:
         self.port = _free_port()
-        self.accepted = SPAWN.Value("q", 0)
+        self.accepted, self.signed = SPAWN.Value("q", 0), SPAWN.Value("q", 0)
         self._ready, self._stop = SPAWN.Event(), SPAWN.Event()
         self._process = SPAWN.Process(target=_sink, daemon=True,
-                                      args=(self.port, self.accepted, self._ready, self._stop))
+                                      args=(self.port, self.accepted, self.signed, self._ready,
+                                            self._stop))
 
     @property
     def url(self) -> str:
@@ -67,8 +81,13 @@ class Sink:
             self._process.kill()
 
     def reset(self) -> None:
-        with self.accepted.get_lock():
-            self.accepted.value = 0
+        for counter in (self.accepted, self.signed):
+            with counter.get_lock():
+                counter.value = 0
+
+    def check(self, size: int, *, dkim: str | None) -> None:
+        assert self.accepted.value == size, f"sink took {self.accepted.value} of {size}"
+        assert self.signed.value == (size if dkim else 0), f"{self.signed.value} of {size} signed"
 
 
 def sample_message(audience) -> bytes:
@@ -84,34 +103,65 @@ def sample_message(audience) -> bytes:
     return message.message().as_bytes()
 
 
-def raw_work(index: int, ready, port: int, template: bytes, size: int, workers: int) -> int:
-    """Send this worker's share of pre-built messages over one connection; return how many."""
+def raw_work(index: int, ready, port: int, template: bytes, size: int, workers: int,
+             dkim: str | None = None) -> int:
+    """Send this worker's share of pre-built messages over one connection, each signed on the
+    clock when ``dkim`` names an algorithm; return how many."""
     recipients = [f"r{n}@bench.example" for n in range(1 + index, size + 1, workers)]
     messages = [(to, template.replace(SAMPLE_EMAIL.encode(), to.encode())) for to in recipients]
+    sign = _signer(dkim).sign if dkim else None
     with smtplib.SMTP("127.0.0.1", port, timeout=30) as client:
         client.ehlo()
         ready()
         for to, message in messages:
-            client.sendmail(FROM, [to], message)
+            client.sendmail(FROM, [to], sign(message) if sign else message)
     return len(messages)
 
 
-def raw_run(*, audience, workers: int, sink: Sink) -> float:
+def raw_run(*, audience, workers: int, sink: Sink, dkim: str | None = None) -> float:
     template = sample_message(audience)
     sink.reset()
-    result = timed_pool(workers, raw_work, sink.port, template, audience.size, workers)
-    assert sink.accepted.value == audience.size, f"sink took {sink.accepted.value} of {audience.size}"
+    result = timed_pool(workers, raw_work, sink.port, template, audience.size, workers, dkim)
+    sink.check(audience.size, dkim=dkim)
     return result.seconds
 
 
-def engine_run(*, audience, workers: int, batch_size: int, sink: Sink, idempotent: bool, out) -> float:
+def engine_run(*, audience, workers: int, batch_size: int, sink: Sink, idempotent: bool, out,
+               dkim: str | None = None) -> float:
+    """``dkim``: an algorithm, to sign every message with the platform's key of it."""
     from bench import engine  # not at the top: the spawned workers here must not import Django
 
     sink.reset()
+    env = {"EMAIL_URL": sink.url, "SENDER_IDEMPOTENT_TRANSPORT": str(idempotent).lower(),
+           "DKIM_DOMAIN": ""}  # unsigned unless asked, whatever the caller's environment says
+    if dkim:
+        env.update(DKIM_DOMAIN="bench.example", DKIM_SELECTOR="bench", DKIM_ALGORITHM=dkim,
+                   DKIM_PRIVATE_KEY_FILE=str(DKIM_KEYS / DKIM[dkim]))
     seconds = engine.run(
         audience=audience, batch_size=batch_size, workers=workers, out=out,
-        transport="growth.sending.transports.django_mail.DjangoMailTransport",
-        env={"EMAIL_URL": sink.url, "SENDER_IDEMPOTENT_TRANSPORT": str(idempotent).lower()},
-        name=f"smtp-{'idempotent' if idempotent else 'plain'}")
-    assert sink.accepted.value == audience.size, f"sink took {sink.accepted.value} of {audience.size}"
+        transport="growth.sending.transports.django_mail.DjangoMailTransport", env=env,
+        name=f"smtp-{'idempotent' if idempotent else 'plain'}{f'-{dkim}' if dkim else ''}")
+    sink.check(audience.size, dkim=dkim)
     return seconds
+
+
+def _signer(algorithm: str):
+    from growth.sending import dkim
+
+    return dkim.Signer.load(domain="bench.example", selector="bench", algorithm=algorithm,
+                            private_key=(DKIM_KEYS / DKIM[algorithm]).read_bytes(), source="bench")
+
+
+def signing_cost(audience, *, seconds: float = 2.0) -> dict[str, float]:
+    """Microseconds to DKIM-sign one message (the engine's rendering of one recipient), per
+    algorithm, in this process; "bytes": the message's size."""
+    message = sample_message(audience)
+    costs = {"bytes": float(len(message))}
+    for algorithm in DKIM:
+        signer = _signer(algorithm)
+        count, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds or count < 20:
+            signer.sign(message)
+            count += 1
+        costs[algorithm] = (time.perf_counter() - started) / count * 1e6
+    return costs

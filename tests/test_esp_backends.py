@@ -76,6 +76,7 @@ def test_brevo_gets_a_stable_uuid_derived_from_the_job_id(esp):
     assert custom["job_id"] == "campaign:7:42"
 
 
+@pytest.mark.django_db  # a renderer for Django's SMTP path looks its DKIM key up
 def test_resend_over_smtp_carries_its_key_header(smtp_settings):
     send("growth.sending.backends.resend.SMTPBackend", delivery())
     (accepted,) = smtp_settings.handler.accepted

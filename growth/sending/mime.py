@@ -51,6 +51,10 @@ class OutgoingEmail(EmailMultiAlternatives):
     """
 
     prebuilt: bytes | None = None
+    # The plain SMTP path's: the envelope sender (MAIL FROM; None: the From address) and the
+    # DKIM signer (growth.sending.dkim.Signer) to sign the bytes with as they go on the wire.
+    envelope_from: str | None = None
+    dkim_signer = None
 
     def add_header(self, name: str, value: str) -> None:
         """Add a header after rendering (a backend's own, e.g. a provider's key header)."""

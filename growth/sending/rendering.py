@@ -6,6 +6,10 @@ carries the headers that make a retry harmless and an opt-out one click away:
   Message-ID              derived from the job id: identical on every retry of the same recipient
   Idempotency-Key         the job id itself, for receivers that de-duplicate on it
   List-Unsubscribe(-Post) RFC 8058 one-click unsubscribe
+
+and, for the plain SMTP path, what the transport applies as the bytes go on the wire: the VERP
+envelope sender naming the send (``growth.sending.verp``, when BOUNCE_DOMAIN is set) and the
+campaign's DKIM signer (``growth.sending.dkim``, looked up once per renderer).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from django.core.exceptions import ValidationError
 from django.template import Context, Engine, TemplateSyntaxError
 
 from growth.job_ids import message_id
+from growth.sending import dkim, verp
 from growth.sending.mime import MessageLayout, OutgoingEmail
 from growth.sending.sender import from_header
 from growth.sending.unsubscribe import LinkMaker
@@ -32,6 +37,7 @@ _BARE_VARIABLE = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)\s*}}")
 _MENTIONS_UNSUBSCRIBE = re.compile(r"{{\s*unsubscribe_url\s*(\|[^}]*)?}}")
 TEXT_FOOTER = "\n\n--\nUnsubscribe: {{ unsubscribe_url }}\n"
 HTML_FOOTER = '<p style="font-size:12px;color:#666"><a href="{{ unsubscribe_url }}">Unsubscribe</a></p>'
+LOOK_UP = object()  # CampaignRenderer(signer=...): find the campaign's DKIM key
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +80,14 @@ def check_content(*, subject: str, body_text: str, body_html: str) -> None:
 class CampaignRenderer:
     """Render one campaign's messages; build once per campaign, call ``render`` per recipient.
 
-    Building it checks what is the same for every recipient (the sender, the templates): it
-    raises ValidationError or TemplateSyntaxError for a campaign that cannot be sent at all.
+    Building it checks what is the same for every recipient (the sender, the templates, the
+    DKIM key): it raises ValidationError, TemplateSyntaxError or DkimKeyError for a campaign that
+    cannot be sent at all. ``signer``: the DKIM signer to use (None: none); by default it is
+    looked up (one query) when the configured transport signs.
     """
 
     def __init__(self, content: CampaignContent, *, links: LinkMaker | None = None,
-                 message_id_domain: str | None = None) -> None:
+                 message_id_domain: str | None = None, signer=LOOK_UP) -> None:
         self.content = content
         self._links = links or LinkMaker()
         self._domain = message_id_domain or settings.MESSAGE_ID_DOMAIN
@@ -89,6 +97,10 @@ class CampaignRenderer:
         self._html = (_compile(_with_footer(content.body_html, HTML_FOOTER), html=True)
                       if content.body_html.strip() else None)
         self._layout = MessageLayout(from_header=self._from, has_html=self._html is not None)
+        if signer is LOOK_UP:
+            signer = (dkim.signer_for(account_id=content.account_id, from_email=content.from_email)
+                      if dkim.transport_signs() else None)
+        self.signer: dkim.Signer | None = signer
 
     def render(self, *, job_id: str, email: str, subscriber_id: int,
                subject_prefix: str = "") -> OutgoingEmail:
@@ -116,6 +128,8 @@ class CampaignRenderer:
                             "campaign_id": str(self.content.id), "job_id": job_id}
         message.prebuilt = self._layout.build(to=email, subject=subject, headers=headers,
                                               text=text, html=html)
+        message.envelope_from = verp.return_path(job_id)
+        message.dkim_signer = self.signer
         return message
 
 

@@ -1,0 +1,159 @@
+"""Sending domains: the DKIM keys that sign the SMTP path's mail (see growth.sending.dkim).
+
+A superuser manages every domain, the platform's (no account) included; a tenant's operator
+those of the accounts it edits (a viewer only reads them), within its model permissions. The
+private key is written, never read back: its field is empty on every page (a blank field on a
+change keeps the stored key), a viewer's read-only page leaves it out, and what is saved is
+checked first (it parses with the chosen algorithm, an RSA key has 2048 bits or more, a probe
+signature verifies against it). A domain's page shows the TXT record to publish.
+"""
+
+from __future__ import annotations
+
+import re
+
+import idna
+from django import forms
+from django.conf import settings
+from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.utils.html import format_html
+
+from growth.admin.scoping import TenantScopedAdmin
+from growth.models import SendingDomain
+from growth.sending import dkim
+
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_SELECTOR = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\Z")  # RFC 6376 §3.1: DNS labels
+KEY_FIELD = "private_key"
+
+
+class WriteOnlyTextarea(forms.Textarea):
+    """A textarea that never renders a value: neither the stored one nor one posted back with
+    an error (as PasswordInput without render_value)."""
+
+    def format_value(self, value):
+        return None
+
+
+class SendingDomainForm(forms.ModelForm):
+    private_key = forms.CharField(
+        required=False, strip=True, label="Private key",
+        widget=WriteOnlyTextarea(attrs={"rows": 6, "cols": 66, "autocomplete": "off",
+                                        "spellcheck": "false"}),
+        help_text="RSA: PEM (openssl genrsa 2048). Ed25519: the base64 of the 32-byte key, or "
+                  "OpenSSL's PEM (openssl genpkey -algorithm ed25519). Never shown again.")
+    user_is_superuser = False  # set by the ModelAdmin on the form class it builds per request
+
+    class Meta:
+        model = SendingDomain
+        fields = ["account", "domain", "selector", "algorithm", KEY_FIELD]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.initial.pop(KEY_FIELD, None)  # the stored key never travels to the page
+        if self.instance.pk:
+            self.fields[KEY_FIELD].widget.attrs["placeholder"] = (
+                "A key is stored. Leave this empty to keep it; paste a key to replace it.")
+
+    def clean_domain(self) -> str:
+        value = self.cleaned_data["domain"].strip().lower().rstrip(".")
+        try:
+            value = idna.encode(value, uts46=True).decode("ascii")
+        except (idna.IDNAError, UnicodeError) as exc:
+            raise ValidationError(f"{value!r} is not a domain name: {exc}") from None
+        if "." not in value:
+            raise ValidationError("Give the full domain of the From addresses, e.g. example.com.")
+        if not self.user_is_superuser:
+            for platform in (settings.DKIM_DOMAIN, settings.BOUNCE_DOMAIN):
+                if platform and (value == platform or value.endswith("." + platform)):
+                    raise ValidationError(f"{value} is the platform's domain.")
+        if SendingDomain.objects.filter(domain=value).exclude(pk=self.instance.pk).exists():
+            raise ValidationError(f"{value} already has a key (one key per domain).")
+        return value
+
+    def clean_selector(self) -> str:
+        value = self.cleaned_data["selector"].strip()
+        if not _SELECTOR.match(value):
+            raise ValidationError("A selector is one or more DNS labels (letters, digits, hyphens), "
+                                  "e.g. zy1 or 2026-01.")
+        return value
+
+    def clean(self):
+        cleaned = super().clean()
+        pasted = cleaned.get(KEY_FIELD, "")
+        algorithm = cleaned.get("algorithm")
+        key = pasted or (self.instance.private_key if self.instance.pk else "")
+        if not key:
+            self.add_error(KEY_FIELD, "Paste the domain's private key.")
+        elif algorithm:
+            try:
+                cleaned[KEY_FIELD] = dkim.load_private_key(key, algorithm)
+            except dkim.DkimKeyError as exc:
+                self.add_error(KEY_FIELD, f"This key cannot sign: {exc}." if pasted else
+                               f"The stored key cannot sign with {algorithm}: {exc}. Paste a key "
+                               "for this algorithm.")
+        return cleaned
+
+
+@admin.register(SendingDomain)
+class SendingDomainAdmin(TenantScopedAdmin):
+    form = SendingDomainForm
+    list_display = ["domain", "selector", "algorithm", "owner", "dns_name", "created_at"]
+    list_filter = ["algorithm"]
+    list_select_related = ["account"]
+    search_fields = ["domain", "selector", "account__name"]
+    readonly_fields = ["dns_name", "dns_record", "created_at"]
+
+    def get_fieldsets(self, request, obj=None):
+        fields = ["account", "domain", "selector", "algorithm"]
+        if obj is None or self.has_change_permission(request, obj):
+            fields.append(KEY_FIELD)  # a read-only page would print the stored value
+        fieldsets = [(None, {"fields": fields})]
+        if obj is not None:
+            fieldsets.append(("Publish in DNS", {
+                "fields": ["dns_name", "dns_record", "created_at"],
+                "description": "Receivers look the public key up here: publish this TXT record "
+                               "before mail goes out signed with this key."}))
+        return fieldsets
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.user_is_superuser = request.user.is_superuser
+        return form
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "account" and not request.user.is_superuser:
+            kwargs["required"] = True  # only a superuser keys the platform's domains
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name == "account" and request.user.is_superuser:
+            field.empty_label = "— the platform's domain —"
+        return field
+
+    def _may_edit(self, request, obj) -> bool:
+        if obj is not None and obj.account_id is None:
+            return request.user.is_superuser
+        return super()._may_edit(request, obj)
+
+    @admin.display(description="account", ordering="account__name")
+    def owner(self, obj):
+        return obj.account or "the platform"
+
+    @admin.display(description="DNS name (TXT)")
+    def dns_name(self, obj):
+        return f"{obj.selector}._domainkey.{obj.domain}" if obj.pk else "—"
+
+    @admin.display(description="TXT record")
+    def dns_record(self, obj):
+        if not obj.pk:
+            return "—"
+        try:
+            record = dkim.dns_record(dkim.load_private_key(obj.private_key, obj.algorithm),
+                                     obj.algorithm)
+        except dkim.DkimKeyError as exc:
+            return f"The stored key cannot sign: {exc}. Paste a new key."
+        return format_html(
+            '<code class="dkim-record" style="word-break:break-all">{}</code>'
+            '<p class="help">In a zone file, as strings of at most 255 characters:</p>'
+            '<code class="dkim-zone" style="word-break:break-all">{} IN TXT ( {} )</code>',
+            record, f"{obj.selector}._domainkey.{obj.domain}.", dkim.zone_strings(record))
