@@ -433,6 +433,10 @@ class FeedbackEvent(models.Model):
             # Per recipient as well: Amazon SES gives one id to a notification about several.
             models.UniqueConstraint("esp", "event_id", "email_lower", name="feedback_event_once"),
         ]
+        indexes = [
+            # an address's recent soft bounces in a tenant (suppression after N in a window)
+            models.Index("account", "email_lower", "received_at", name="feedback_account_address"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.esp} {self.event_type} {self.email_lower}"

@@ -11,6 +11,8 @@ On the SMTP path the relay's own refusal is the bounce: a permanent reply whose 
 says the address is bad (5.1.x) or its mailbox disabled (5.2.1) suppresses it, as an ESP's hard
 bounce does (``smtp_hard_bounce``). A policy refusal (5.7.x), a full mailbox (5.2.2) or a reply
 without an enhanced status says nothing certain about the address, and is only recorded.
+The same rule reads the DSNs that come back by mail (``dsn_hard_bounce``, ESP name ``mailbox``,
+see ``growth.bounces``).
 """
 
 from __future__ import annotations
@@ -129,8 +131,51 @@ def _mailgun(event: AnymailTrackingEvent, raw: dict) -> str | None:
     return _hard_by_reject_reason(event, raw)
 
 
+# DSNs that came back by mail (growth.bounces): the same rule as our relay's own refusals. An MTA
+# that reports only the class (Exim always says 5.0.0) may quote the specific code in the reply
+# it got, which then counts.
+_ENHANCED_STATUS = re.compile(r"(?<![\d.])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
+_REPLY_STATUS = re.compile(r"(?<![\d.])([245])\d\d[ -]([245]\.\d{1,3}\.\d{1,3})(?![\d.])")
+
+
+def dsn_status(status: str, diagnostic_code: str = "") -> str:
+    """The most specific enhanced status code a DSN's recipient block gives ("" if none): its
+    Status, or the code in its Diagnostic-Code reply when the Status says only the class."""
+    reported = _ENHANCED_STATUS.search(status or "")
+    code = reported[0] if reported else ""
+    if code and not code.endswith(".0.0"):
+        return code
+    reply = _REPLY_STATUS.search(diagnostic_code or "")
+    if reply is None:
+        # "smtp; 5.1.1 <…>… User unknown": a code right after the diagnostic type
+        reply_text = (diagnostic_code or "").partition(";")[2] or diagnostic_code or ""
+        leading = _ENHANCED_STATUS.match(reply_text.strip())
+        quoted = leading[0] if leading else ""
+    else:
+        quoted = reply[2] if reply[1] == reply[2][0] else ""
+    if quoted and (not code or quoted[0] == code[0]):
+        return quoted
+    return code
+
+
+def dsn_hard_bounce(status: str, diagnostic_code: str = "") -> bool:
+    """Does this failed recipient's status say the address can never be delivered to? 5.1.x
+    (not 5.1.7/5.1.8, the sender's address) and 5.2.1, as for our relay's own refusals."""
+    code = dsn_status(status, diagnostic_code)
+    if not code.startswith("5.") or code in _NOT_THE_RECIPIENT:
+        return False
+    return code.split(".")[1] == "1" or code == "5.2.1"
+
+
+def _mailbox(event: AnymailTrackingEvent, raw: dict) -> str | None:
+    # raw: what growth.bounces.record read from the DSN's recipient block
+    hard = dsn_hard_bounce(str(raw.get("status", "")), str(raw.get("diagnostic_code", "")))
+    return Suppression.Reason.BOUNCED if hard else None
+
+
 _BOUNCE: dict[str, Bounce] = {
     "Amazon SES": _amazon_ses,
+    "mailbox": _mailbox,
     "Mailgun": _mailgun,
     "Postmark": _postmark,
     "Resend": _resend,

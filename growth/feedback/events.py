@@ -14,6 +14,11 @@ and dropped. Either way anymail answers 200 and the ESP does not post it again.
 An event about a send in doubt ('unknown': its worker died after handing it over) also settles
 it, with the event as evidence (``growth.reconcile.esp``): a delivery or the ESP's acceptance
 'sent', a bounce or a refusal 'failed'. Deliveries about any other send are ignored, as before.
+
+Bounces that come back by mail (``growth.bounces``, ESP name ``mailbox``) take this same path.
+Their soft bounces are also counted: the BOUNCE_SOFT_LIMIT-th send to an address that bounced
+softly within BOUNCE_SOFT_WINDOW_DAYS suppresses it for the tenant (reason bounced). An ESP's
+soft bounces are only recorded, as before: the ESP keeps its own count.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import hashlib
 import logging
 from enum import StrEnum
 
-from anymail.signals import AnymailTrackingEvent
+from anymail.signals import AnymailTrackingEvent, EventType
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError, transaction
 
@@ -32,12 +38,14 @@ from growth.job_ids import parse_job_id, parse_message_id
 from growth.managers.feedback import Attribution, SendRecord
 from growth.models import FeedbackEvent, Subscriber, Suppression
 from growth.reconcile.esp import settle_in_doubt, settles_as
+from growth.reputation import guard as reputation_guard
 
 logger = logging.getLogger("growth.feedback")  # one name for the webhooks and the events
 
 MAX_TEXT = 1000  # characters kept of an ESP's description or MTA response
 _BIGINT_MAX = 2**63 - 1
 _UNSUBSCRIBING = {Suppression.Reason.UNSUBSCRIBED, Suppression.Reason.COMPLAINED}
+SOFT_BOUNCES_COUNTED = {"mailbox"}  # the feedback whose soft bounces add up to a suppression
 
 
 class Handled(StrEnum):
@@ -85,6 +93,9 @@ def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Handled:
         return Handled.BAD_ADDRESS
     suppress = verdict.suppress if send is not None else None
     with transaction.atomic():
+        if (suppress is None and send is not None and esp_name in SOFT_BOUNCES_COUNTED
+                and verdict.event_type == EventType.BOUNCED):
+            suppress = _soft_bounce_limit(esp_name, send, email_lower)
         if not FeedbackEvent.objects.record(
                 esp=esp_name, event_id=event_key(esp_name, event, email_lower),
                 event_type=verdict.event_type, reject_reason=verdict.reject_reason,
@@ -106,9 +117,24 @@ def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Handled:
         if suppress in _UNSUBSCRIBING:
             Subscriber.objects.unsubscribe_address(account_id=send.account_id,
                                                    email_lower=email_lower)
+        # a hard bounce or a complaint: the reputation guard judges the tenant once this commits
+        reputation_guard.feedback_recorded(account_id=send.account_id, event_type=verdict.event_type)
     logger.info("feedback event suppressed the address",
                 extra={**context, "account_id": send.account_id, "reason": suppress})
     return Handled.SUPPRESSED
+
+
+def _soft_bounce_limit(esp_name: str, send: SendRecord, email_lower: str) -> str | None:
+    """Suppress (bounced) at this soft bounce if, with it, BOUNCE_SOFT_LIMIT different sends to
+    the address bounced softly within the window; in the recording transaction, which the count
+    locks for the (tenant, address) so that two bounces at once both count."""
+    limit = settings.BOUNCE_SOFT_LIMIT
+    if limit <= 0:
+        return None
+    earlier = FeedbackEvent.objects.soft_bounces(
+        esp=esp_name, account_id=send.account_id, email_lower=email_lower, send_id=send.send_id,
+        days=settings.BOUNCE_SOFT_WINDOW_DAYS)
+    return Suppression.Reason.BOUNCED if earlier + 1 >= limit else None
 
 
 def _settle(esp_name: str, event: AnymailTrackingEvent, send: SendRecord,

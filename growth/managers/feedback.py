@@ -65,3 +65,13 @@ class FeedbackEventManager(models.Manager):
         digest = hashlib.sha256(body).hexdigest()
         used = QUERIES.one("use_token", esp=esp, token=token[:255], body_sha256=digest)
         return used["first_use"] or used["first_body_sha256"] == digest
+
+    def soft_bounces(self, *, esp: str, account_id: int, email_lower: str, send_id: int,
+                     days: int) -> int:
+        """How many other sends of this tenant to this address bounced softly (recorded without
+        suppressing) within the last ``days``. Run it in the transaction that records the new
+        one: it first takes that (tenant, address)'s lock, so that two soft bounces recorded at
+        once are counted one after the other."""
+        QUERIES.rows("soft_bounce_lock", account_id=account_id, email_lower=email_lower)
+        return QUERIES.one("soft_bounces", esp=esp, account_id=account_id,
+                           email_lower=email_lower, send_id=send_id, days=days)["sends"]

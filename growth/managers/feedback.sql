@@ -39,3 +39,24 @@ WITH inserted AS (
 SELECT EXISTS (SELECT 1 FROM inserted) AS first_use,
        (SELECT t.body_sha256 FROM growth_webhook_tokens t
          WHERE t.esp = %(esp)s AND t.token = %(token)s) AS first_body_sha256;
+
+-- soft_bounce_lock --
+-- Soft bounces add up to a suppression (growth.feedback.events): one count at a time per tenant
+-- and address, taken in the transaction that records the new bounce and before it counts, so
+-- that a bounce recorded at the same time waits and then sees this one.
+SELECT pg_advisory_xact_lock(
+    hashtextextended('growth_feedback_events.soft:' || %(account_id)s || ':' || %(email_lower)s, 0));
+
+-- soft_bounces --
+-- The tenant's other sends to the address that bounced softly (recorded, suppressing nothing)
+-- within the window: a send counts once, however many reports came about it.
+SELECT count(DISTINCT send_id) AS sends
+  FROM growth_feedback_events
+ WHERE account_id = %(account_id)s
+   AND email_lower = %(email_lower)s
+   AND esp = %(esp)s
+   AND event_type = 'bounced'
+   AND NOT suppressed
+   AND send_id IS NOT NULL
+   AND send_id <> %(send_id)s
+   AND received_at >= now() - make_interval(days => %(days)s);

@@ -22,6 +22,7 @@ _SETTLES = {
     EventType.DELIVERED: SendVerdict.Verdict.SENT,
     EventType.SENT: SendVerdict.Verdict.SENT,
     EventType.QUEUED: SendVerdict.Verdict.SENT,
+    EventType.COMPLAINED: SendVerdict.Verdict.SENT,  # a recipient complained: it arrived
     EventType.BOUNCED: SendVerdict.Verdict.FAILED,
     EventType.REJECTED: SendVerdict.Verdict.FAILED,
     EventType.FAILED: SendVerdict.Verdict.FAILED,
