@@ -12,6 +12,7 @@ from growth.audience.address_files import UnreadableFile, read_csv
 from growth.audience.addresses import parse_address
 from growth.audience.imports import IMPORTABLE_STATUSES, import_subscribers
 from growth.models import Account, Membership, Segment, Subscriber, Suppression
+from growth.reputation.admin import SenderPanelMixin
 
 
 class SuperuserOnly:
@@ -37,7 +38,7 @@ class MembershipInline(SuperuserOnly, TolerantAutocomplete, admin.TabularInline)
 
 
 @admin.register(Account)
-class AccountAdmin(TenantScopedAdmin):
+class AccountAdmin(SenderPanelMixin, TenantScopedAdmin):
     account_field = "id"
     list_display = ["name", "slug", "from_email", "from_name"]
     search_fields = ["name", "slug", "from_email"]

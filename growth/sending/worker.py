@@ -43,6 +43,7 @@ from growth.managers.campaigns import Sending
 from growth.managers.sends import Claimed
 from growth.models import Campaign, RateLimit, Send, Suppression, WorkerHeartbeat
 from growth.observability import metrics
+from growth.reputation.guard import GuardSchedule
 from growth.sending.console import Console
 from growth.sending.rendering import CampaignContent, CampaignRenderer
 from growth.sending.settler import InlineSettler, Settler
@@ -161,6 +162,7 @@ class Worker:
         self._heartbeat_file = heartbeat_file
         self._beat_at = -HEARTBEAT_EVERY
         self._console = Console(worker_id=self.worker_id)
+        self._guard = GuardSchedule()  # pauses a tenant whose bounces or complaints cross the line
 
     def stop(self) -> None:
         """Ask the loop to exit after the batch in hand (safe from a signal handler)."""
@@ -206,6 +208,7 @@ class Worker:
             self._start_due()
             self._build()
             self._recover()
+            self._guard.run_if_due()
         batch = self._claim()
         if batch is not None:
             try:

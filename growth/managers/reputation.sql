@@ -1,0 +1,117 @@
+-- The reputation guard's reads (growth.reputation.guard): each tenant's bounce and complaint
+-- figures over the sends of the last %(days)s days, and the lock under which the guard pauses a
+-- tenant's sending campaigns with the engine's own `pause` compare-and-set.
+--
+-- The window is counted per campaign, never by account alone (growth_sends has no account index,
+-- on purpose): the tenant's campaigns that can have sent in the window (started, not finished
+-- before it) through growth_campaigns' account_id index, then per campaign one range of
+-- (campaign_id, status, sent_at) send_campaign_status, an index-only scan. Feedback comes from
+-- growth_feedback_events by its campaign_id index, each event's send by primary key: events are
+-- few, sends are many, so the join goes from the events to the sends, never the other way.
+
+-- _hard_refusal --
+-- Our relay refused the row's message for good because of its address, as
+-- growth.feedback.bounces.smtp_hard_bounce reads the stored reply ("550 5.1.1 No such user"):
+-- 5.1.x or 5.2.1, not 5.1.7 / 5.1.8 (those are about the sender). tests/test_reputation.py checks
+-- that the two agree.
+(s.last_error ~ '^5[0-9]{2} 5\.(1\.[0-9]{1,3}|2\.1)(\s|$)'
+ AND s.last_error !~ '^5[0-9]{2} 5\.1\.[78](\s|$)')
+
+-- _rates --
+-- The body shared by `rates` and `rates_of_sending_tenants`, after their `accounts` CTE.
+--   sent             rows accepted by the receiving side in the window (status 'sent')
+--   bounced_sent     of those, rows a hard bounce was reported for afterwards (ESP, mailbox)
+--   bounced_failed   rows refused for good in the window: by our relay at once (a 5.1.x reply)
+--                    or failed with a reported hard bounce (a send in doubt settled by it)
+--   complained       rows a complaint was reported for (a Postmark SpamNotification, a receiving
+--                    filter, is recorded unsuppressed and is not one)
+--   *_at             when the newest of that evidence reached us (the database's clock)
+-- A send counts once per kind, whichever ESP or mailbox reported it and however often.
+campaigns AS (
+    SELECT c.id, c.account_id
+      FROM growth_campaigns c
+     WHERE c.account_id IN (SELECT account_id FROM accounts)
+       AND c.started_at IS NOT NULL
+       AND (c.finished_at IS NULL OR c.finished_at >= now() - make_interval(days => %(days)s))
+), sent AS (
+    SELECT c.account_id, count(*) AS n
+      FROM campaigns c
+      JOIN growth_sends s
+        ON s.campaign_id = c.id
+       AND s.status = 'sent'
+       AND s.sent_at >= now() - make_interval(days => %(days)s)
+     GROUP BY c.account_id
+), reported AS (
+    SELECT c.account_id, e.event_type, e.send_id, s.status AS send_status,
+           max(e.received_at) AS at
+      FROM campaigns c
+      JOIN growth_feedback_events e
+        ON e.campaign_id = c.id
+       AND e.account_id = c.account_id
+       AND e.event_type IN ('bounced', 'complained')
+       AND e.suppressed
+      JOIN growth_sends s ON s.id = e.send_id
+     WHERE coalesce(s.sent_at, s.updated_at) >= now() - make_interval(days => %(days)s)
+     GROUP BY c.account_id, e.event_type, e.send_id, s.status
+), refused AS (
+    SELECT c.account_id, s.id AS send_id, s.updated_at AS at
+      FROM campaigns c
+      JOIN growth_sends s
+        ON s.campaign_id = c.id
+       AND s.status = 'failed'
+     WHERE s.updated_at >= now() - make_interval(days => %(days)s)
+       AND {{ _hard_refusal }}
+), failed_bounces AS (
+    SELECT account_id, send_id, max(at) AS at
+      FROM (SELECT account_id, send_id, at FROM refused
+            UNION ALL
+            SELECT account_id, send_id, at FROM reported
+             WHERE event_type = 'bounced' AND send_status <> 'sent') AS both_kinds
+     GROUP BY account_id, send_id
+)
+SELECT a.account_id,
+       acc.name AS account_name,
+       coalesce((SELECT n FROM sent WHERE sent.account_id = a.account_id), 0) AS sent,
+       (SELECT count(*) FROM reported r
+         WHERE r.account_id = a.account_id AND r.event_type = 'bounced'
+           AND r.send_status = 'sent') AS bounced_sent,
+       (SELECT count(*) FROM failed_bounces f WHERE f.account_id = a.account_id) AS bounced_failed,
+       (SELECT count(*) FROM reported r
+         WHERE r.account_id = a.account_id AND r.event_type = 'complained') AS complained,
+       greatest((SELECT max(r.at) FROM reported r
+                  WHERE r.account_id = a.account_id AND r.event_type = 'bounced'),
+                (SELECT max(f.at) FROM failed_bounces f
+                  WHERE f.account_id = a.account_id)) AS bounced_at,
+       (SELECT max(r.at) FROM reported r
+         WHERE r.account_id = a.account_id AND r.event_type = 'complained') AS complained_at
+  FROM accounts a
+  JOIN growth_accounts acc ON acc.id = a.account_id
+ ORDER BY a.account_id
+
+-- rates --
+-- The figures of the given tenants (the admin's panel and warnings, the feedback path's check).
+WITH accounts AS (
+    SELECT DISTINCT unnest(%(account_ids)s::bigint[]) AS account_id
+), {{ _rates }};
+
+-- rates_of_sending_tenants --
+-- The figures of every tenant with a campaign sending now: the only ones the guard can pause.
+-- Found through the partial index campaign_sending (status = 'sending').
+WITH accounts AS (
+    SELECT DISTINCT account_id FROM growth_campaigns WHERE status = 'sending'
+), {{ _rates }};
+
+-- lock_to_pause --
+-- The tenant's sending campaigns that the evidence is news to: started, built, resumed or
+-- otherwise moved (updated_at) before the newest evidence reached us. Locked until the caller's
+-- transaction ends, so that none of them is resumed, paused or cancelled between this read and
+-- the pause that follows it in the same transaction (EvalPlanQual re-checks the condition on a
+-- row another transaction changed first); a campaign someone else holds now is skipped until the
+-- next pass, never waited for. Served by growth_campaigns' account_id index.
+SELECT id
+  FROM growth_campaigns
+ WHERE account_id = %(account_id)s
+   AND status = 'sending'
+   AND updated_at < %(evidence_at)s
+ ORDER BY id
+   FOR NO KEY UPDATE SKIP LOCKED;
