@@ -915,3 +915,46 @@ def test_end_to_end_a_campaign_s_bounces_come_back_over_lmtp(smtp_settings, sett
               if a.idempotency_key.startswith(f"campaign:{follow.id}:")}
     assert mailed == {"p3@example.com", "p4@example.com"}
     assert len(people) == 5
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_end_to_end_complaints_over_lmtp_pause_their_tenant_mid_campaign_and_no_other(
+        smtp_settings, settings, server):
+    """Two tenants' campaigns go out through a real SMTP server; part-way, a feedback loop's
+    complaint about one of tenant A's messages arrives over LMTP: the reputation guard pauses
+    A's campaign at once, B's goes on to the end, and A's rest waits, unsent."""
+    from growth.operations.campaigns import approve_campaign
+    from growth.reputation.guard import REASON_PREFIX
+    from growth.sending.worker import Worker
+
+    settings.REPUTATION_MIN_SENDS = 20  # 1 complaint in 20 sends is far above 0.3 %
+    acme, globex = AccountFactory(name="Acme"), AccountFactory(name="Globex")
+    audience(acme, 60, prefix="a")
+    audience(globex, 60, prefix="g")
+    ours, theirs = CampaignFactory(account=acme), CampaignFactory(account=globex)
+    for campaign in (ours, theirs):
+        approve_campaign(campaign_id=campaign.id)
+    worker = Worker(worker_id="w", batch_size=20, tick=0.05, lease=30, once=True)
+    while Send.objects.filter(campaign=ours, status="sent").count() < 20:
+        worker.run()  # one cycle a run: the campaigns in turn, a batch each
+    assert Send.objects.filter(campaign=ours, status="queued").exists()
+
+    [message] = [a for a in smtp_settings.handler.accepted if a.recipient == "a0@example.com"]
+    assert verp.job_of(message.envelope_from) is not None  # the transport sends with VERP
+    complaint = bounce("arf-yahoo", BOUNCE_TO=message.envelope_from, RECIPIENT="a0@example.com",
+                       MESSAGE_ID=message.message_id, SUBJECT=str(message.message["Subject"]))
+    bounces = server()
+    to = email.message_from_bytes(complaint)["X-Original-To"] or message.envelope_from
+    assert lmtp_send(bounces.port, [to], complaint) == {}
+
+    ours.refresh_from_db()
+    assert ours.status == "paused" and ours.pause_reason.startswith(REASON_PREFIX)
+    Worker(worker_id="w", batch_size=20, tick=0.05, lease=30, until_idle=True).run()
+    theirs.refresh_from_db()
+    assert theirs.status == "sent"
+    assert Send.objects.filter(campaign=theirs, status="sent").count() == 60
+    left = Send.objects.filter(campaign=ours, status="queued").count()
+    assert left > 0 and Send.objects.filter(campaign=ours, status="sent").count() == 60 - left
+    assert Suppression.objects.filter(account=acme, email_lower="a0@example.com").exists()
+    assert not Suppression.objects.filter(account=globex).exists()
