@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 from django.core.cache import cache
@@ -33,7 +34,9 @@ def sender_panel(account, *, recheck: bool = False) -> dict:
     (a readiness.Readiness, or None with ``readiness_error``)."""
     panel = {"reputation": guard.reputation_of(account.pk), "readiness": None,
              "readiness_error": "", "recheck_parameter": RECHECK_PARAMETER}
-    key = f"growth:sender-readiness:{account.pk}:{account.from_email}"
+    # the sender is typed by a tenant: hashed, so that any cache backend takes the key
+    sender = hashlib.sha256(account.from_email.encode()).hexdigest()[:16]
+    key = f"growth:sender-readiness:{account.pk}:{sender}"
     found = None if recheck else cache.get(key)
     if found is None:
         try:
