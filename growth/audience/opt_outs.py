@@ -117,7 +117,7 @@ def unsubscribe(recipient: Recipient, *, campaign_id: int | None) -> UndoTarget 
     it is harmless). Return what the recipient may undo: None when the address was suppressed
     already, since this opt-out then created nothing of its own to lift. Raise
     Subscriber.DoesNotExist if the subscriber is gone (nothing is changed then)."""
-    done = Suppression.objects.unsubscribe_with_undo(
+    done = Suppression.objects.unsubscribe(
         account_id=recipient.account.id, subscriber_id=recipient.subscriber.id,
         campaign_id=campaign_id)
     if done is None:

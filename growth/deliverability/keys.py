@@ -1,9 +1,7 @@
 """DKIM public keys: the one a private key makes, and whether a published p= is that key.
 
-RSA keys are read with dkimpy's own ASN.1 code (a runtime dependency: it signs the SMTP path),
-else with ``cryptography`` if installed; Ed25519 keys with PyNaCl, else ``cryptography``. With
-none of them, ``expected_public_key`` answers None and the readiness check can only say whether
-a record is published, not whether it is ours.
+RSA keys are read with dkimpy's ASN.1 code and Ed25519 keys with PyNaCl, as the signer does
+(growth.sending.dkim, which also encodes the RSA public key the way p= carries it).
 
 Accepted private keys, as growth_sending_domains and DKIM_PRIVATE_KEY_FILE hold them: RSA in PEM
 (PKCS#1 "RSA PRIVATE KEY" or PKCS#8 "PRIVATE KEY"); Ed25519 as the base64 of its 32-byte seed
@@ -16,34 +14,33 @@ import base64
 import binascii
 import re
 
-RSA = "rsa-sha256"
-ED25519 = "ed25519-sha256"
+import nacl.signing
+from dkim import crypto as dkim_crypto
+from dkim.asn1 import ASN1FormatError
+
+from growth.sending.dkim import ED25519, RSA, rsa_public_key_info
+
+__all__ = ["ED25519", "RSA", "KeyUnreadable", "expected_public_key", "same_key"]
 
 _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\s*(.*?)\s*-----END \1-----", re.DOTALL)
 _ED25519_PKCS8_PREFIX = bytes.fromhex("302e020100300506032b657004220420")  # then the 32-byte seed
-_RSA_ALGORITHM_ID = bytes.fromhex("300d06092a864886f70d0101010500")  # rsaEncryption, NULL
 
 
 class KeyUnreadable(Exception):
     """The private key (ours) cannot be read: the message says why."""
 
 
-def expected_public_key(private_key: str | bytes, algorithm: str) -> str | None:
+def expected_public_key(private_key: str | bytes, algorithm: str) -> str:
     """The base64 p= that publishes this private key's public half (RSA: SubjectPublicKeyInfo
-    DER, as ``openssl rsa -pubout`` gives it; Ed25519: the raw 32 bytes, RFC 8463). None when no
-    library to read the key is installed; KeyUnreadable when the key is not one."""
+    DER, as ``openssl rsa -pubout`` gives it; Ed25519: the raw 32 bytes, RFC 8463).
+    KeyUnreadable when the key is not one."""
     text = private_key.decode("ascii", "replace") if isinstance(private_key, bytes) else private_key
     text = text.replace("\r\n", "\n").strip()
     if algorithm == ED25519:
-        public = _ed25519_public(_ed25519_seed(text))
-        return None if public is None else base64.b64encode(public).decode("ascii")
-    numbers = _rsa_numbers(text)
-    if numbers is None:
-        return None
-    modulus, exponent = numbers
-    rsa_public_key = _der(0x30, _der_int(modulus) + _der_int(exponent))
-    spki = _der(0x30, _RSA_ALGORITHM_ID + _der(0x03, b"\x00" + rsa_public_key))
-    return base64.b64encode(spki).decode("ascii")
+        public = bytes(nacl.signing.SigningKey(_ed25519_seed(text)).verify_key)
+    else:
+        public = rsa_public_key_info(*_rsa_numbers(text))
+    return base64.b64encode(public).decode("ascii")
 
 
 def same_key(published: str, expected: str, algorithm: str) -> bool:
@@ -64,7 +61,7 @@ def same_key(published: str, expected: str, algorithm: str) -> bool:
 # --- RSA ---------------------------------------------------------------------------------------
 
 
-def _rsa_numbers(text: str) -> tuple[int, int] | None:
+def _rsa_numbers(text: str) -> tuple[int, int]:
     match = _PEM.search(text)
     if match is None or match[1] not in ("RSA PRIVATE KEY", "PRIVATE KEY"):
         raise KeyUnreadable("an RSA key must be a PEM private key (BEGIN RSA PRIVATE KEY or "
@@ -74,56 +71,18 @@ def _rsa_numbers(text: str) -> tuple[int, int] | None:
     except (binascii.Error, ValueError):
         raise KeyUnreadable("the PEM's body is not base64") from None
     try:
-        from dkim import crypto as dkim_crypto
-        from dkim.asn1 import ASN1FormatError
-    except ImportError:
-        return _rsa_numbers_cryptography(der)
-    try:
         key = dkim_crypto.parse_private_key(der)
     except (dkim_crypto.UnparsableKeyError, ASN1FormatError, IndexError, ValueError):
         raise KeyUnreadable("this is not an RSA private key") from None
     return key["modulus"], key["publicExponent"]
 
 
-def _rsa_numbers_cryptography(der: bytes) -> tuple[int, int] | None:
-    try:
-        from cryptography.hazmat.primitives.asymmetric import rsa
-        from cryptography.hazmat.primitives.serialization import load_der_private_key
-    except ImportError:
-        return None
-    try:
-        key = load_der_private_key(der, password=None)
-    except (ValueError, TypeError):
-        raise KeyUnreadable("this is not an RSA private key") from None
-    if not isinstance(key, rsa.RSAPrivateKey):
-        raise KeyUnreadable("this is not an RSA private key")
-    numbers = key.public_key().public_numbers()
-    return numbers.n, numbers.e
-
-
 def _rsa_public_numbers(der: bytes) -> tuple[int, int] | None:
-    try:
-        from dkim import crypto as dkim_crypto
-        from dkim.asn1 import ASN1FormatError
-    except ImportError:
-        return None
     try:
         key = dkim_crypto.parse_public_key(der)
     except (dkim_crypto.UnparsableKeyError, ASN1FormatError, IndexError, ValueError):
         return None
     return key["modulus"], key["publicExponent"]
-
-
-def _der(tag: int, content: bytes) -> bytes:
-    n = len(content)
-    if n < 0x80:
-        return bytes([tag, n]) + content
-    length = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes([tag, 0x80 | len(length)]) + length + content
-
-
-def _der_int(value: int) -> bytes:
-    return _der(0x02, value.to_bytes(value.bit_length() // 8 + 1, "big"))  # room for a 0 sign bit
 
 
 # --- Ed25519 -----------------------------------------------------------------------------------
@@ -145,15 +104,3 @@ def _ed25519_seed(text: str) -> bytes:
     if len(raw) != 32:
         raise KeyUnreadable(f"an Ed25519 private key is 32 bytes, this is {len(raw)}")
     return raw
-
-
-def _ed25519_public(seed: bytes) -> bytes | None:
-    try:
-        import nacl.signing
-    except ImportError:
-        try:
-            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-        except ImportError:
-            return None
-        return Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes_raw()
-    return bytes(nacl.signing.SigningKey(seed).verify_key)

@@ -29,13 +29,6 @@ class SuppressionManager(models.Manager):
         return bool(QUERIES.rows("suppress", account_id=account_id, email_lower=email_lower,
                                  reason=reason, campaign_id=campaign_id))
 
-    def unsubscribe(self, *, account_id: int, subscriber_id: int,
-                    campaign_id: int | None) -> str | None:
-        """Record a recipient's opt-out; return the address, or None for an unknown subscriber."""
-        done = QUERIES.one("unsubscribe", account_id=account_id, subscriber_id=subscriber_id,
-                           campaign_id=campaign_id)
-        return done["email_lower"] if done else None
-
     def suppress_many(self, *, account_id: int, emails_lower: Sequence[str], reason: str) -> set[str]:
         """Suppress several addresses in one statement; return those that were not suppressed yet."""
         if not emails_lower:
@@ -56,12 +49,12 @@ class SuppressionManager(models.Manager):
         removed = QUERIES.one("remove", account_id=account_id, suppression_id=suppression_id)
         return removed["email_lower"] if removed else None
 
-    def unsubscribe_with_undo(self, *, account_id: int, subscriber_id: int,
-                              campaign_id: int | None) -> OptOut | None:
-        """Record a recipient's opt-out as ``unsubscribe`` does; return what it changed (for its
-        undo, see ``resubscribe``), or None for an unknown subscriber."""
-        done = QUERIES.one("unsubscribe_with_undo", account_id=account_id,
-                           subscriber_id=subscriber_id, campaign_id=campaign_id)
+    def unsubscribe(self, *, account_id: int, subscriber_id: int,
+                    campaign_id: int | None) -> OptOut | None:
+        """Record a recipient's opt-out; return what it changed (for its undo, see
+        ``resubscribe``), or None for an unknown subscriber."""
+        done = QUERIES.one("unsubscribe", account_id=account_id, subscriber_id=subscriber_id,
+                           campaign_id=campaign_id)
         return OptOut.from_row(done) if done else None
 
     def undoable(self, *, account_id: int, email_lower: str, suppression_id: int) -> bool:

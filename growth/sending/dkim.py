@@ -208,9 +208,14 @@ def public_key(private_key: str, algorithm: str) -> str:
         seed = base64.b64decode(private_key)
         return base64.b64encode(bytes(nacl.signing.SigningKey(seed).verify_key)).decode("ascii")
     key = dkim_crypto.parse_pem_private_key(private_key.encode())
-    rsa_public_key = _der(0x30, _der_int(key["modulus"]) + _der_int(key["publicExponent"]))
-    spki = _der(0x30, _RSA_ALGORITHM_ID + _der(0x03, b"\x00" + rsa_public_key))
+    spki = rsa_public_key_info(key["modulus"], key["publicExponent"])
     return base64.b64encode(spki).decode("ascii")
+
+
+def rsa_public_key_info(modulus: int, exponent: int) -> bytes:
+    """The SubjectPublicKeyInfo DER of an RSA public key: what p= carries for k=rsa."""
+    rsa_public_key = _der(0x30, _der_int(modulus) + _der_int(exponent))
+    return _der(0x30, _RSA_ALGORITHM_ID + _der(0x03, b"\x00" + rsa_public_key))
 
 
 def dns_record(private_key: str, algorithm: str) -> str:
