@@ -17,6 +17,7 @@ from growth.sending.unsubscribe import (
     UNDO_MAX_AGE,
     BadToken,
     ExpiredToken,
+    UnsubscribeTarget,
     make_undo_token,
     read_token,
     read_undo_token,
@@ -33,14 +34,10 @@ def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
     own button (its form says ``source=page``) is sent on to the done page, which offers the undo
     (Post/Redirect/Get: a reload of it posts nothing); any other POST, a mail client's RFC 8058
     one-click (body ``List-Unsubscribe=One-Click``) first, is answered 200 at once."""
-    try:
-        target = read_token(token)
-    except BadToken:
+    found = _recipient_of(token)
+    if found is None:
         return _invalid_link(request)
-    recipient = opt_outs.find_recipient(account_id=target.account_id,
-                                        subscriber_id=target.subscriber_id)
-    if recipient is None:
-        return _invalid_link(request)
+    target, recipient = found
     if request.method == "GET":
         shown = "already" if recipient.is_suppressed() else "confirm"
         return render(request, f"growth/unsubscribe_{shown}.html", {"recipient": recipient})
@@ -62,14 +59,10 @@ def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
 def unsubscribe_done(request: HttpRequest, token: str) -> HttpResponse:
     """Where the page's button lands. ``undo``: the undo token of that opt-out, offered as a
     link while it can still be used (an expired or spent one is simply not offered)."""
-    try:
-        target = read_token(token)
-    except BadToken:
+    found = _recipient_of(token)
+    if found is None:
         return _invalid_link(request)
-    recipient = opt_outs.find_recipient(account_id=target.account_id,
-                                        subscriber_id=target.subscriber_id)
-    if recipient is None:
-        return _invalid_link(request)
+    target, recipient = found
     if not recipient.is_suppressed():  # never unsubscribed, or undone since: ask
         return redirect("growth:unsubscribe", token=token)
     undo_token = request.GET.get("undo", "")
@@ -116,6 +109,18 @@ def unsubscribe_undo(request: HttpRequest, undo_token: str) -> HttpResponse:
         state = "refused"
     return render(request, "growth/unsubscribe_undo.html",
                   {"recipient": recipient, "state": state, "days": UNDO_MAX_AGE.days})
+
+
+def _recipient_of(token: str) -> tuple[UnsubscribeTarget, opt_outs.Recipient] | None:
+    """Who an unsubscribe link names; None for a damaged link or a subscriber not (or no longer)
+    of that account."""
+    try:
+        target = read_token(token)
+    except BadToken:
+        return None
+    recipient = opt_outs.find_recipient(account_id=target.account_id,
+                                        subscriber_id=target.subscriber_id)
+    return None if recipient is None else (target, recipient)
 
 
 def _from_the_page(request: HttpRequest) -> bool:

@@ -98,11 +98,21 @@ SELECT %(campaign_id)s, account_id, subscriber_id, email, email_lower
   FROM taken
 ON CONFLICT DO NOTHING;
 
+-- _new_to_the_chain --
+-- A subscriber row s whose address no campaign of the chain (its first campaign, root_id, and
+-- every follow-up of it) has a row for: probed per campaign through (campaign_id, email_lower).
+NOT EXISTS (SELECT 1
+              FROM growth_sends x
+             WHERE x.campaign_id IN (SELECT m.id
+                                       FROM growth_campaigns m
+                                      WHERE m.id = %(root_id)s
+                                         OR m.resend_root_id = %(root_id)s)
+               AND x.email_lower = s.email_lower)
+
 -- build_new_subscribers --
 -- Step 3, if the operator asked for it: subscribers of the follow-up's audience whose address
 -- no campaign of the chain has a row for (they joined after the original was built), one row
--- per address as in build_recipients. The chain's rows are probed per campaign through
--- (campaign_id, email_lower).
+-- per address as in build_recipients.
 INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower)
 SELECT DISTINCT ON (s.email_lower)
        c.id, c.account_id, s.id, s.email, s.email_lower
@@ -111,13 +121,7 @@ SELECT DISTINCT ON (s.email_lower)
  WHERE c.id = %(campaign_id)s
    AND c.resend_new_subscribers
    AND {{ _in_audience }}
-   AND NOT EXISTS (SELECT 1
-                     FROM growth_sends x
-                    WHERE x.campaign_id IN (SELECT m.id
-                                              FROM growth_campaigns m
-                                             WHERE m.id = %(root_id)s
-                                                OR m.resend_root_id = %(root_id)s)
-                      AND x.email_lower = s.email_lower)
+   AND {{ _new_to_the_chain }}
  ORDER BY s.email_lower, s.created_at, s.id
 ON CONFLICT DO NOTHING;
 
@@ -389,10 +393,4 @@ SELECT count(DISTINCT s.email_lower) AS addresses
   JOIN growth_subscribers s ON s.account_id = c.account_id
  WHERE c.id = %(campaign_id)s
    AND {{ _in_audience }}
-   AND NOT EXISTS (SELECT 1
-                     FROM growth_sends x
-                    WHERE x.campaign_id IN (SELECT m.id
-                                              FROM growth_campaigns m
-                                             WHERE m.id = %(root_id)s
-                                                OR m.resend_root_id = %(root_id)s)
-                      AND x.email_lower = s.email_lower);
+   AND {{ _new_to_the_chain }};
