@@ -7,38 +7,20 @@ from datetime import timedelta
 
 import pytest
 from django.test import Client
-from django.urls import reverse
 
 from growth.models import Send, Subscriber, Suppression
-from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
+from tests import tenant_pages
+from tests.factories import CampaignFactory, SegmentFactory, SubscriberFactory
 from tests.helpers import texts
 from tests.scenarios import member, sending_campaign
+from tests.tenant_pages import url
 
 pytestmark = pytest.mark.django_db
 
+tenant, other_tenant, user = tenant_pages.tenant, tenant_pages.other_tenant, tenant_pages.user
+
 SMTP_REFUSAL = ("SMTPRecipientsRefused: {'person0@example.com': "
                 "(550, b'5.1.1 <person0@example.com>: Recipient address rejected: User unknown')}")
-
-
-def url(name: str, account, *args) -> str:
-    return reverse(f"growth:tenant:{name}", args=[account.slug, *args])
-
-
-@pytest.fixture
-def tenant():
-    return AccountFactory(name="Acme", slug="acme")
-
-
-@pytest.fixture
-def other_tenant():
-    return AccountFactory(name="Globex", slug="globex")
-
-
-@pytest.fixture
-def user(client, tenant):
-    user = member(tenant)
-    client.force_login(user)
-    return user
 
 
 def look_up(client, account, email: str) -> str:

@@ -12,32 +12,15 @@ from django.test import Client
 from django.urls import reverse
 
 from growth.models import Send, Suppression
+from tests import tenant_pages
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory, UserFactory
 from tests.helpers import texts
 from tests.scenarios import member, sending_campaign
+from tests.tenant_pages import url
 
 pytestmark = pytest.mark.django_db
 
-
-def url(name: str, account, *args) -> str:
-    return reverse(f"growth:tenant:{name}", args=[account.slug, *args])
-
-
-@pytest.fixture
-def tenant():
-    return AccountFactory(name="Acme", slug="acme")
-
-
-@pytest.fixture
-def other_tenant():
-    return AccountFactory(name="Globex", slug="globex")
-
-
-@pytest.fixture
-def user(client, tenant):
-    user = member(tenant)
-    client.force_login(user)
-    return user
+tenant, other_tenant, user = tenant_pages.tenant, tenant_pages.other_tenant, tenant_pages.user
 
 
 def suppress(account, email, reason="manual", campaign=None):
