@@ -101,3 +101,29 @@ def member(account: Account, *, role: str = "editor", **kwargs):
     user = UserFactory(**kwargs)
     Membership.objects.create(user=user, account=account, role=role)
     return user
+
+
+def run_worker(**options):
+    """A real worker until idle, quick to notice the end (small batches, short tick)."""
+    from growth.sending.worker import Worker
+
+    options = {"batch_size": 7, "tick": 0.05, "lease": 30, "until_idle": True, **options}
+    worker = Worker(**options)
+    worker.run()
+    return worker
+
+
+def pausing_once(campaign: Campaign):
+    """A mail transport (Django's, from the settings) that pauses ``campaign`` as its first batch
+    goes out: an operator's pause landing mid-send."""
+    from growth.sending.transports.django_mail import DjangoMailTransport
+
+    class PauseOnce(DjangoMailTransport):
+        paused = False
+
+        def send_bulk(self, deliveries):
+            if not self.paused:
+                self.paused = Campaign.objects.pause(campaign_id=campaign.id)
+            return super().send_bulk(deliveries)
+
+    return PauseOnce()

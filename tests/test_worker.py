@@ -12,7 +12,7 @@ from growth.models import Campaign, Send, Suppression
 from growth.sending.transports.django_mail import DjangoMailTransport
 from growth.sending.worker import Worker
 from tests.factories import SubscriberFactory
-from tests.scenarios import approved_campaign, statuses
+from tests.scenarios import approved_campaign, pausing_once, run_worker, statuses
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,13 +21,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def quick_retries(settings):
     settings.SENDER_BACKOFF_BASE = 0.05  # seconds
     settings.SENDER_BACKOFF_MAX = 0.2
-
-
-def run_worker(**options) -> Worker:
-    options = {"batch_size": 7, "tick": 0.05, "lease": 30, "until_idle": True, **options}
-    worker = Worker(**options)
-    worker.run()
-    return worker
 
 
 def test_a_campaign_runs_to_completion_each_recipient_once(smtp_settings):
@@ -99,15 +92,7 @@ def test_an_opt_out_during_the_send_is_honoured(smtp_settings):
 def test_a_paused_campaign_waits_and_resumes(smtp_settings):
     campaign = approved_campaign(count=20)
 
-    class PauseOnce(DjangoMailTransport):
-        paused = False
-
-        def send_bulk(self, deliveries):
-            if not self.paused:
-                self.paused = Campaign.objects.pause(campaign_id=campaign.id)
-            return super().send_bulk(deliveries)
-
-    run_worker(transport=PauseOnce())  # until-idle: a paused campaign is not work
+    run_worker(transport=pausing_once(campaign))  # until-idle: a paused campaign is not work
     assert statuses(campaign) == {"sent": 7, "queued": 13}
     Campaign.objects.resume(campaign_id=campaign.id)
     run_worker()

@@ -13,10 +13,10 @@ import pytest
 
 from growth.models import Campaign, Suppression
 from growth.sending.console import Console
-from growth.sending.transports.django_mail import DjangoMailTransport
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
-from tests.scenarios import approved_campaign, sending_campaign
+from tests import scenarios
+from tests.scenarios import approved_campaign, pausing_once, sending_campaign
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,11 +42,7 @@ class Clock:
 
 
 def run_worker(**options) -> Worker:
-    options = {"batch_size": 7, "tick": 0.05, "lease": 30, "until_idle": True,
-               "worker_id": "w1", **options}
-    worker = Worker(**options)
-    worker.run()
-    return worker
+    return scenarios.run_worker(**{"worker_id": "w1", **options})
 
 
 def test_a_progress_line_every_few_seconds_with_rate_and_eta_and_none_when_nothing_moved(caplog):
@@ -98,15 +94,7 @@ def test_pause_resume_and_cancel_are_noticed_with_the_figures(caplog):
 def test_a_pause_during_the_run_is_noted_by_the_worker(smtp_settings, caplog):
     campaign = approved_campaign(count=20, name="Spring news")
 
-    class PauseOnce(DjangoMailTransport):
-        paused = False
-
-        def send_bulk(self, deliveries):
-            if not self.paused:
-                self.paused = Campaign.objects.pause(campaign_id=campaign.id)
-            return super().send_bulk(deliveries)
-
-    run_worker(transport=PauseOnce())
+    run_worker(transport=pausing_once(campaign))
     assert f"campaign {campaign.id} “Spring news” paused; 7/20 sent (35.0%), 13 waiting for a resume" \
         in lines(caplog)
 
