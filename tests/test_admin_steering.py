@@ -136,3 +136,16 @@ def test_the_page_says_who_holds_its_rows_on_the_wire_and_whether_they_are_alive
     body = page(client, campaign)
     assert "2 recipients held by <code>host:1</code>:\n      alive" in body
     assert "1 recipient held by <code>host:2</code>" in body and "nobody is sending them" in body
+
+
+def test_the_pause_banner_says_who_paused_and_what_to_look_at(client, staff, tenant):
+    from growth.reputation.guard import REASON_PREFIX
+
+    by_guard, by_engine = (sending_campaign(count=1, account=tenant) for _ in range(2))
+    Campaign.objects.pause(campaign_id=by_guard.id, reason=f"{REASON_PREFIX} complaint rate 0.5 %")
+    Campaign.objects.pause(campaign_id=by_engine.id, reason="the sender name has a line break")
+    guarded = page(client, by_guard)
+    assert "Paused to protect the sender's reputation" in guarded
+    assert "cannot be sent as it is" not in guarded
+    engine = page(client, by_engine)
+    assert "cannot be sent as it is" in engine and "reputation" not in engine.split("errornote")[1][:300]

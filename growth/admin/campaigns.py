@@ -21,7 +21,7 @@ from growth.admin.workers import is_alive
 from growth.models import Campaign, Send, WorkerHeartbeat
 from growth.operations.follow_ups import resend_refusal
 from growth.operations.previews import SendTestFailed, preview_campaign, send_test_message
-from growth.reputation.guard import reputation_warnings
+from growth.reputation.guard import REASON_PREFIX, reputation_warnings
 
 CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segments"]
 ENGINE_FIELDS = ["status", "pause_reason", "progress_detail", "recipients_built_at", "started_at",
@@ -179,6 +179,7 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
             context["sends_url"] = _sends_url(obj.id)
             context["review_counts"] = campaign_review_counts(obj.id)
             context["reputation_warnings"] = reputation_warnings([obj.account_id])
+            context["paused_by_the_guard"] = obj.pause_reason.startswith(REASON_PREFIX)
             context["holders"] = [(holder, is_alive(holder.seen_at, holder.stopped_at))
                                   for holder in WorkerHeartbeat.objects.holders_of(campaign_id=obj.id)]
             if obj.recipients_built_at is not None:
