@@ -6,6 +6,8 @@ is one compare-and-set UPDATE there, never a read-then-save here.
 
 from __future__ import annotations
 
+import zoneinfo
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
@@ -16,6 +18,7 @@ from django.db.models.functions import Now
 from growth import job_ids
 from growth.audience.addresses import parse_address
 from growth.managers.campaigns import CampaignManager
+from growth.managers.destinations import MailDomainManager
 from growth.managers.feedback import FeedbackEventManager
 from growth.managers.ledger import SendLedgerManager
 from growth.managers.limits import RateLimitManager
@@ -28,6 +31,14 @@ from growth.managers.workers import HeartbeatManager
 from growth.sending.sender import MAX_DISPLAY_NAME, validate_display_name, validate_sender_address
 
 
+def validate_time_zone(value: str) -> None:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValidationError(f"{value!r} is not a time zone (try e.g. Europe/Madrid).",
+                              code="time_zone") from exc
+
+
 class Account(models.Model):
     """A tenant: its subscribers, suppressions and campaigns belong to it alone."""
 
@@ -38,6 +49,23 @@ class Account(models.Model):
     from_email = models.CharField(max_length=254, validators=[validate_sender_address])
     from_name = models.CharField(max_length=MAX_DISPLAY_NAME, blank=True,
                                  validators=[validate_display_name])
+    # Pacing (growth.sending.pacing): the clock a campaign's sending window and the warm-up's
+    # calendar days are read in, and the warm-up schedule: day n (from 0) may send at most
+    # start x growth^n messages, until that passes ``warmup_until`` (then no cap).
+    time_zone = models.CharField(max_length=64, default="UTC", db_default="UTC",
+                                 validators=[validate_time_zone],
+                                 help_text="An IANA zone, e.g. Europe/Madrid.")
+    warmup_started_on = models.DateField(
+        "warm-up started on", null=True, blank=True,
+        help_text="Day 0 of a new sending domain's or IP's warm-up. Empty: no warm-up cap.")
+    warmup_daily_start = models.PositiveIntegerField(
+        "messages on day 0", default=500, db_default=500, validators=[MinValueValidator(1)])
+    warmup_daily_growth = models.FloatField(
+        "daily growth", default=1.5, db_default=1.5, validators=[MinValueValidator(1.0)],
+        help_text="Each day's cap is the day before's times this.")
+    warmup_until = models.PositiveIntegerField(
+        "warm-up ends at", default=100_000, db_default=100_000,
+        help_text="Messages a day past which the warm-up no longer caps anything.")
 
     class Meta:
         db_table = "growth_accounts"
@@ -228,6 +256,11 @@ class Campaign(models.Model):
     resend_new_subscribers = models.BooleanField(
         db_default=False, default=False, editable=False,
         help_text="Also subscribers who joined the audience after the original was built.")
+    # Hours of the day (in the tenant's time zone) the campaign may send in; both empty: any
+    # time. A window may span midnight (22:00-06:00).
+    window_starts = models.TimeField("sends from", null=True, blank=True,
+                                     help_text="Local time of the tenant. Empty: any time.")
+    window_ends = models.TimeField("sends until", null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now(), editable=False)
     updated_at = models.DateTimeField(db_default=Now(), auto_now=True, editable=False)
 
@@ -240,6 +273,10 @@ class Campaign(models.Model):
         constraints = [
             models.CheckConstraint(name="campaign_status_valid", condition=Q(status__in=[
                 "draft", "approved", "sending", "paused", "sent", "cancelled"])),
+            models.CheckConstraint(name="campaign_window_whole", condition=(
+                Q(window_starts__isnull=True, window_ends__isnull=True)
+                | Q(window_starts__isnull=False, window_ends__isnull=False)
+                & ~Q(window_starts=models.F("window_ends")))),
         ]
         indexes = [
             models.Index("scheduled_for", name="campaign_due", condition=Q(status="approved")),
@@ -248,6 +285,48 @@ class Campaign(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Destination(models.Model):
+    """A mailbox provider as pacing sees it: the domains whose mail the same servers take
+    (``google`` for gmail.com and every Google Workspace domain), named by
+    ``growth.audience.destinations``. A deferral from one slows that one only."""
+
+    name = models.CharField(max_length=253, unique=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        db_table = "growth_destinations"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MailDomain(models.Model):
+    """What a recipient domain resolved to: its destination, and how that was found. A cache:
+    rows are resolved again once ``expires_at`` has passed."""
+
+    class Source(models.TextChoices):
+        MX = "mx", "its MX records"
+        STATIC = "static", "the table of big consumer domains"
+        UNRESOLVED = "unresolved", "no answer from DNS (grouped by its own name)"
+
+    domain = models.CharField(max_length=253, primary_key=True)
+    destination = models.ForeignKey(Destination, on_delete=models.PROTECT, related_name="domains")
+    mx_hosts = models.TextField(blank=True)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    resolved_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+
+    objects = MailDomainManager()
+
+    class Meta:
+        db_table = "growth_mail_domains"
+        ordering = ["domain"]
+
+    def __str__(self) -> str:
+        return f"{self.domain} -> {self.destination_id}"
 
 
 class Send(models.Model):
@@ -291,6 +370,13 @@ class Send(models.Model):
     provider_message_id = models.CharField(max_length=255, db_default="", blank=True)
     last_error = models.TextField(db_default="", blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # When the first attempt went on the wire: a transient failure is retried until
+    # SENDER_RETRY_FOR after it (an MTA's queue lifetime), however many attempts that takes.
+    first_attempt_at = models.DateTimeField(null=True, blank=True)
+    # The mailbox provider of the address, set at build (null: not classified, never paced
+    # per destination). No foreign key: a constraint check on every insert of a 1M build for
+    # a table of a few hundred rows that is never deleted from.
+    destination_id = models.IntegerField(null=True, blank=True)
     # The follow-up campaign this row's recipient was handed to (resend to the rest): from then
     # on this row is never sent or retried here. No index: nothing looks rows up by it.
     resent_in = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.PROTECT,
@@ -326,6 +412,9 @@ class Send(models.Model):
             models.Index("campaign", "status", "sent_at", name="send_campaign_status"),
             # a per-campaign claim (the worker serves campaigns in turn) walks this
             models.Index("campaign", "id", name="send_queued_by_campaign",
+                         condition=Q(status="queued")),
+            # the claim's share of a paced destination (as many rows as its tokens allow)
+            models.Index("campaign", "destination_id", "id", name="send_queued_by_destination",
                          condition=Q(status="queued")),
         ]
 
@@ -365,17 +454,39 @@ class SendVerdict(models.Model):
 
 
 class RateLimit(models.Model):
-    """A token bucket shared by every worker on every host: a tenant (or a whole transport) sends
-    at most ``per_second`` messages a second, in bursts of at most ``burst``."""
+    """A token bucket shared by every worker on every host (see limits.sql). Its scope: a tenant,
+    a whole transport, a destination (a mailbox provider), or a tenant's mail to a destination.
 
-    account = models.OneToOneField(Account, null=True, blank=True, on_delete=models.CASCADE,
-                                   related_name="rate_limit")
+    ``per_second`` is what the operator configured (empty: no configured limit, only what
+    throttling taught); ``throttled_to`` the rate a receiver's deferrals lowered it to, which
+    grows back while answers are good. ``max_in_flight`` caps a destination's messages on the
+    wire at once. ``per_day`` turns the bucket into a calendar-day quota in the tenant's time
+    zone (the warm-up schedule's).
+    """
+
+    account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="rate_limits")
     transport = models.CharField(max_length=200, blank=True, default="",
                                  help_text="For a transport-wide limit: its SENDER_TRANSPORT path.")
-    per_second = models.FloatField("messages per second",
+    destination = models.ForeignKey(Destination, null=True, blank=True, on_delete=models.CASCADE,
+                                    related_name="rate_limits",
+                                    help_text="For a mailbox provider's limit (with a tenant: "
+                                              "that tenant's mail to it).")
+    per_second = models.FloatField("messages per second", null=True, blank=True,
                                    validators=[MinValueValidator(0.01)])
     burst = models.FloatField(default=20, validators=[MinValueValidator(1)],
                               help_text="Messages that may go at once after a quiet spell.")
+    max_in_flight = models.PositiveIntegerField(
+        "at most on the wire", null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Messages to this destination being delivered at once, by all workers.")
+    per_day = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    throttled_to = models.FloatField("throttled to (per second)", null=True, blank=True,
+                                     editable=False)
+    throttled_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # the effective rate when this episode of throttling began: recovery adds back a share of
+    # it per period (additive increase), however often the rate was lowered since
+    throttled_from = models.FloatField(null=True, blank=True, editable=False)
+    adjusted_at = models.DateTimeField(null=True, blank=True, editable=False)
     tokens = models.FloatField(db_default=0, editable=False)
     refilled_at = models.DateTimeField(db_default=Now(), editable=False)
 
@@ -385,14 +496,52 @@ class RateLimit(models.Model):
         db_table = "growth_rate_limits"
         constraints = [
             models.CheckConstraint(name="rate_limit_one_scope", condition=(
-                Q(account__isnull=False, transport="") | Q(account__isnull=True) & ~Q(transport=""))),
+                Q(account__isnull=False, transport="", destination__isnull=True)
+                | Q(account__isnull=True, destination__isnull=True) & ~Q(transport="")
+                | Q(destination__isnull=False, transport=""))),
+            models.CheckConstraint(name="rate_limit_has_a_limit", condition=(
+                Q(per_second__isnull=False) | Q(throttled_to__isnull=False)
+                | Q(max_in_flight__isnull=False) | Q(per_day__isnull=False))),
             models.UniqueConstraint("transport", name="rate_limit_unique_transport",
+                                    condition=Q(account__isnull=True, destination__isnull=True)),
+            models.UniqueConstraint("account", name="rate_limit_unique_account",
+                                    condition=Q(destination__isnull=True, per_day__isnull=True)),
+            models.UniqueConstraint("account", name="rate_limit_unique_warmup",
+                                    condition=Q(per_day__isnull=False)),
+            models.UniqueConstraint("destination", name="rate_limit_unique_destination",
                                     condition=Q(account__isnull=True)),
+            models.UniqueConstraint("destination", "account",
+                                    name="rate_limit_unique_tenant_destination",
+                                    condition=Q(account__isnull=False)),
         ]
 
     def __str__(self) -> str:
-        scope = self.account or f"transport {self.transport}"
-        return f"{scope}: {self.per_second:g}/s"
+        if self.destination_id and self.account_id:
+            scope = f"{self.account} to {self.destination}"
+        else:
+            scope = self.destination or self.account or f"transport {self.transport}"
+        if self.per_day is not None:
+            return f"{scope}: {self.per_day} a day (warm-up)"
+        rate = self.throttled_to if self.throttled_to is not None else self.per_second
+        return f"{scope}: {rate:g}/s" if rate is not None else f"{scope}: no rate"
+
+
+class RateLimitChange(models.Model):
+    """One change of a bucket's effective rate: a throttle lowered it, good answers raised it,
+    an operator configured it. The admin draws these."""
+
+    rate_limit = models.ForeignKey(RateLimit, on_delete=models.CASCADE, related_name="changes")
+    per_second = models.FloatField(null=True, help_text="The effective rate after the change.")
+    reason = models.CharField(max_length=500)
+    changed_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        db_table = "growth_rate_limit_changes"
+        ordering = ["-changed_at", "-id"]
+        indexes = [models.Index("rate_limit", "changed_at", name="rate_limit_change_at")]
+
+    def __str__(self) -> str:
+        return f"{self.rate_limit_id} -> {self.per_second} ({self.reason})"
 
 
 class FeedbackEvent(models.Model):

@@ -14,6 +14,12 @@ def fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def no_dns_for_destinations(settings):
+    """Tests run offline: with the system's resolver every build would wait on DNS timeouts."""
+    settings.DESTINATIONS_DNS = "off"
+
+
 @pytest.fixture
 def tenant():
     from tests.factories import AccountFactory

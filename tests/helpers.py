@@ -58,6 +58,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         "DATABASE_URL": f"postgres://{db['USER']}{password}@{host}{port}/{db['NAME']}",
         "PYTHONUNBUFFERED": "1",
         "LOG_LEVEL": "INFO",
+        "DESTINATIONS_DNS": "off",  # offline, as in tests/conftest.py
     })
     env.update(extra)
     return env
