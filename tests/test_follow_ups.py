@@ -238,7 +238,7 @@ class TestConcurrency:
                         from growth.sending.transports.base import Outcome
                         settled = Send.objects.settle(
                             [Outcome(unknown.id, Outcome.SENT, "provider-1")], campaign_id=original.id,
-                            worker_id="slow", attempts={unknown.id: 1}, max_attempts=5,
+                            worker_id="slow", attempts={unknown.id: 1}, retry_for=3600,
                             backoff_base=1, backoff_max=1)
                         assert settled == {unknown.id: "sent"}
                     holding.set()
@@ -343,7 +343,7 @@ def test_a_row_queued_again_after_a_lost_worker_is_in_doubt(include_in_doubt):
     assert [c.id for c in claimed] == [lost.id, refused.id]
     Send.objects.settle([Outcome(refused.id, Outcome.TRANSIENT, error="451 later")],
                         campaign_id=original.id, worker_id="w", attempts={refused.id: 1},
-                        max_attempts=5, backoff_base=1, backoff_max=1)
+                        retry_for=3600, backoff_base=1, backoff_max=1)
     Send.objects.filter(id=lost.id).update(lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
     assert [r.status for r in Send.objects.recover_expired(idempotent=True, max_attempts=5)] == [
         "queued"]

@@ -50,14 +50,17 @@ MUTANT = os.environ.get("PROTOCOL_MUTANT", "")
 WORKERS = {"w1": 2, "w2": 1}  # worker id -> its batch size
 CLOSER = "closer"  # the worker that runs the campaign to its end in the final check
 LEASE = 60.0  # seconds: no lease runs out by itself during a run (time passes, or a worker stalls)
-MAX_ATTEMPTS = 3
-BACKOFF = {"backoff_base": 30.0, "backoff_max": 3600.0}  # seconds: no retry falls due by itself
+MAX_ATTEMPTS = 3  # recovery's bound on a worker dying with a row on the wire (idempotent)
+# seconds: no retry falls due by itself, and no row reaches its retry horizon during a run
+RETRY = {"backoff_base": 30.0, "backoff_max": 3600.0, "throttle_delay": 3600.0,
+         "retry_for": 86400.0}
 OPEN = {Send.Status.QUEUED, Send.Status.SENDING}
 # What happens to a worker's move: the transport's answer, when the move is a send; or the worker
 # dies just before or just after the move (a send: before or after the wire); or it stalls past
 # its lease instead of moving, and another replica recovers its rows meanwhile.
 DIES_BEFORE, DIES_AFTER, STALLS = "dies before its move", "dies after its move", "stalls past its lease"
-FATES = (Outcome.SENT, Outcome.TRANSIENT, Outcome.PERMANENT, DIES_BEFORE, DIES_AFTER, STALLS)
+FATES = (Outcome.SENT, Outcome.TRANSIENT, Outcome.THROTTLED, Outcome.PERMANENT, DIES_BEFORE,
+         DIES_AFTER, STALLS)
 
 # (segment, address as typed). CY@ and cy@ are one address in two segments; the setup makes the
 # later row (cy@) the older subscriber, so the build must pick it over the lower id.
@@ -507,8 +510,7 @@ class SendProtocol(RuleBasedStateMachine):
         chunk = self.workers[worker].unsettled.pop(0)
         with self.p6_changes_only_rows_still_held(worker, chunk.attempts):
             settled = Send.objects.settle(chunk.outcomes, campaign_id=self.campaign_id,
-                                          worker_id=worker, attempts=chunk.attempts,
-                                          max_attempts=MAX_ATTEMPTS, **BACKOFF)
+                                          worker_id=worker, attempts=chunk.attempts, **RETRY)
         note(f"{worker} settles {self._who({o.send_id: o.kind for o in chunk.outcomes})}: "
              f"{self._who(settled)}")
 

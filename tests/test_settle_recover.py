@@ -13,7 +13,7 @@ from growth.models import Send, Suppression
 from growth.sending.transports import Outcome
 from tests.scenarios import sending_campaign, statuses
 
-POLICY = {"max_attempts": 3, "backoff_base": 30.0, "backoff_max": 3600.0}
+POLICY = {"retry_for": 3600, "backoff_base": 30.0, "backoff_max": 3600.0}
 
 
 def settle(outcomes, worker_id="w", attempts=None, campaign_id=None):
@@ -58,20 +58,70 @@ def test_a_whole_batch_settles_in_one_statement():
 
 
 @pytest.mark.django_db
-def test_transient_failures_back_off_exponentially_then_fail():
+def test_transient_failures_back_off_exponentially_until_the_retry_horizon_then_fail():
     sending_campaign(count=1)
     delays = []
-    for attempt in range(1, POLICY["max_attempts"] + 1):
+    for attempt in range(1, 5):
         Send.objects.update(next_attempt_at=None)
-        (row,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60)
+        (row,) = claim_and_hand_over()
         assert row.attempts == attempt
         settle([Outcome(row.id, Outcome.TRANSIENT, error="421 busy")])
         stored = Send.objects.get()
-        if stored.next_attempt_at:
-            delays.append((stored.next_attempt_at - stored.updated_at).total_seconds())
-    assert Send.objects.get().status == "failed"
-    assert len(delays) == 2
-    assert 27 <= delays[0] <= 33 and 54 <= delays[1] <= 66
+        assert stored.status == "queued"  # four attempts: attempts alone never fail a row
+        delays.append((stored.next_attempt_at - stored.updated_at).total_seconds())
+    for doubling, delay in enumerate(delays):  # 30 s doubling, +-10% jitter
+        assert 0.89 * 30 * 2 ** doubling <= delay <= 1.11 * 30 * 2 ** doubling
+    first = Send.objects.get().first_attempt_at
+    assert first is not None
+    # the horizon (retry_for after the first attempt) passes: the next transient answer fails it
+    Send.objects.update(next_attempt_at=None,
+                        first_attempt_at=first - timezone.timedelta(seconds=POLICY["retry_for"]))
+    (row,) = claim_and_hand_over()
+    settle([Outcome(row.id, Outcome.TRANSIENT, error="421 busy")])
+    failed = Send.objects.get()
+    assert failed.status == "failed" and failed.attempts == 5 and failed.last_error == "421 busy"
+
+
+@pytest.mark.django_db
+def test_the_first_attempt_is_when_the_message_first_went_on_the_wire():
+    sending_campaign(count=1)
+    (row,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60)
+    assert Send.objects.get().first_attempt_at is None  # claimed, not yet handed over
+    Send.objects.hand_over([row.id], worker_id="w")
+    first = Send.objects.get().first_attempt_at
+    settle([Outcome(row.id, Outcome.TRANSIENT, error="451 later")])
+    Send.objects.update(next_attempt_at=None)
+    claim_and_hand_over()
+    assert Send.objects.get().first_attempt_at == first  # kept across attempts
+
+
+@pytest.mark.django_db
+def test_a_throttle_queues_the_row_again_without_an_attempt_counted():
+    sending_campaign(count=2)
+    a, b = claim_and_hand_over(batch_size=2)
+    result = settle([Outcome(a.id, Outcome.THROTTLED, error="421 4.7.28 unusual rate",
+                             throttle_scope=Outcome.DESTINATION),
+                     Outcome(b.id, Outcome.THROTTLED, error="429 Too Many Requests",
+                             throttle_scope=Outcome.TRANSPORT, retry_after=120.0)])
+    assert result == {a.id: "queued", b.id: "queued"}
+    first, second = Send.objects.order_by("id")
+    assert first.attempts == second.attempts == 0
+    assert first.handed_over_at is None and first.lease_expires_at is None  # known not delivered
+    assert 0 < (first.next_attempt_at - first.updated_at).total_seconds() <= 2  # throttle_delay
+    assert (second.next_attempt_at - second.updated_at).total_seconds() == pytest.approx(120)
+    assert first.last_error == "421 4.7.28 unusual rate"
+
+
+@pytest.mark.django_db
+def test_a_throttle_past_the_retry_horizon_fails_the_row_and_a_permanent_answer_at_once():
+    sending_campaign(count=2)
+    a, b = claim_and_hand_over(batch_size=2)
+    Send.objects.filter(id=a.id).update(
+        first_attempt_at=timezone.now() - timezone.timedelta(seconds=POLICY["retry_for"] + 1))
+    result = settle([Outcome(a.id, Outcome.THROTTLED, error="421 4.7.28 unusual rate",
+                             throttle_scope=Outcome.DESTINATION),
+                     Outcome(b.id, Outcome.PERMANENT, error="550 5.1.1 no such user")])
+    assert result == {a.id: "failed", b.id: "failed"}
 
 
 @pytest.mark.django_db

@@ -42,7 +42,7 @@ def test_once_runs_a_single_cycle(smtp_settings):
 
 def test_a_4xx_is_retried_later_with_the_same_message_id(smtp_settings):
     campaign = approved_campaign(count=3)
-    smtp_settings.handler.replies = {"person1@example.com": ["451 busy", "421 still busy"]}
+    smtp_settings.handler.replies = {"person1@example.com": ["451 4.3.0 local error in processing", "450 4.2.0 mailbox unavailable"]}
     run_worker()
     assert statuses(campaign) == {"sent": 3}
     row = Send.objects.get(email_lower="person1@example.com")

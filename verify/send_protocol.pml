@@ -32,6 +32,13 @@
  *   P5 (LTL `settles`, under weak fairness) once crashes and stalls are over, every row reaches
  *      a final state (sent, suppressed, failed, unknown, cancelled)
  *
+ * Abstracted: the retry horizon. A transient row is retried until SENDER_RETRY_FOR after its
+ * first attempt; attempts take time, so the model bounds them instead (MAX_ATTEMPTS). A throttle
+ * ("slow down") settles as a transient whose attempt is given back (attempts - 1): not modelled
+ * here, where attempts alone bound the retries; the stateful test (tests/test_protocol_stateful.py)
+ * runs it against the real SQL, P6 included, since giving an attempt back is what could let a
+ * late settle of an earlier attempt match again.
+ *
  * Not modelled, on purpose: a transport outcome that lies (an SMTP connection dropped after the
  * relay accepted the message but before its reply is read looks transient: with a plain
  * receiver the retry is a duplicate that no sender can rule out; see the README).

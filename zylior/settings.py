@@ -130,12 +130,32 @@ for _name in ("SENDER_TRANSPORT", "EMAIL_BACKEND"):
 # true/false forces it; unset: as the email backend declares (growth.sending.backends.*: true;
 # others: false)
 SENDER_IDEMPOTENT_TRANSPORT = env.bool("SENDER_IDEMPOTENT_TRANSPORT", default=None)
+# Retries: a transient failure (4xx, a dropped connection) is retried with backoff until
+# SENDER_RETRY_FOR after the row's first attempt (an MTA's queue lifetime), then 'failed'; a
+# throttling answer is retried without an attempt counted. SENDER_MAX_ATTEMPTS bounds only rows
+# whose worker keeps dying with them on the wire (lease expiry, idempotent receiver).
+SENDER_RETRY_FOR = env.float("SENDER_RETRY_FOR_HOURS", default=48.0) * 3600  # seconds
 SENDER_MAX_ATTEMPTS = env.int("SENDER_MAX_ATTEMPTS", default=5)
 SENDER_BACKOFF_BASE = env.float("SENDER_BACKOFF_BASE", default=30.0)  # seconds; doubles per attempt
 SENDER_BACKOFF_MAX = env.float("SENDER_BACKOFF_MAX", default=3600.0)  # seconds
 SENDER_LEASE = env.float("SENDER_LEASE", default=300.0)  # seconds a claimed row is ours
 SENDER_RATE_LIMIT = env.float("SENDER_RATE_LIMIT", default=0.0)  # messages/s for the transport; 0: none
 SENDER_RATE_BURST = env.float("SENDER_RATE_BURST", default=20.0)  # messages
+# Adaptive throttling (growth.managers.limits): a receiver's "slow down" multiplies the rate of
+# the bucket it concerns by SENDER_THROTTLE_DECREASE (at most once per SENDER_THROTTLE_EVERY
+# seconds, never below SENDER_THROTTLE_FLOOR messages/s); each such period of good answers adds
+# back SENDER_THROTTLE_RECOVERY of the rate it was lowered from.
+SENDER_THROTTLE_DECREASE = env.float("SENDER_THROTTLE_DECREASE", default=0.8)
+SENDER_THROTTLE_EVERY = env.float("SENDER_THROTTLE_EVERY", default=1.0)  # seconds
+SENDER_THROTTLE_FLOOR = env.float("SENDER_THROTTLE_FLOOR", default=0.2)  # messages/s
+SENDER_THROTTLE_RECOVERY = env.float("SENDER_THROTTLE_RECOVERY", default=0.05)
+# Destinations (growth.audience.destinations): recipient domains are grouped by mailbox
+# provider through their MX records. DESTINATIONS_DNS: "system" (resolv.conf), "off" (the static
+# table of big consumer domains only), or nameservers as host[:port],...
+DESTINATIONS_DNS = env.str("DESTINATIONS_DNS", default="system")
+DESTINATIONS_DNS_TIMEOUT = env.float("DESTINATIONS_DNS_TIMEOUT", default=2.0)  # seconds a lookup
+DESTINATIONS_RESOLVE_PER_BUILD = env.int("DESTINATIONS_RESOLVE_PER_BUILD", default=500)  # domains
+DESTINATIONS_RESOLVE_SECONDS = env.float("DESTINATIONS_RESOLVE_SECONDS", default=10.0)  # a build
 SENDER_HANDOFF_CHUNK = env.int("SENDER_HANDOFF_CHUNK", default=5)  # messages per hand-over (plain)
 MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN", default=urlsplit(SITE_URL).hostname or "localhost")
 # VERP (growth.sending.verp): bounces come back to <BOUNCE_LOCAL_PART>+<signed job>@BOUNCE_DOMAIN;

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime, time
 
 from django.db import models, transaction
 
 from growth.managers.queries import FromRow, Queries
+from growth.sending import pacing
 
 QUERIES = Queries.beside(__file__)
 
@@ -20,7 +21,28 @@ class Outlook:
 @dataclass(frozen=True, slots=True)
 class Sending(FromRow):
     campaign_id: int
-    rate_limit_id: int | None  # its tenant's bucket, if the tenant has one
+    account_id: int
+    bucket_ids: list[int]  # its tenant's buckets: its rate, its warm-up quota
+    window_starts: time | None
+    window_ends: time | None
+    time_zone: str
+    warmup_started_on: date | None
+    warmup_daily_start: int
+    warmup_daily_growth: float
+    warmup_until: int
+    now: datetime  # the database's
+
+    def window_opens_in(self) -> float:
+        """Seconds until the campaign's sending window opens (0: open, or none)."""
+        return pacing.window_opens_in(starts=self.window_starts, ends=self.window_ends,
+                                      time_zone=self.time_zone, now=self.now)
+
+    def warmup_cap(self) -> int | None:
+        """Today's warm-up quota of its tenant (None: none)."""
+        return pacing.warmup_cap(
+            started_on=self.warmup_started_on, daily_start=self.warmup_daily_start,
+            daily_growth=self.warmup_daily_growth, until=self.warmup_until,
+            today=pacing.local_today(time_zone=self.time_zone, now=self.now))
 
 
 @dataclass(frozen=True, slots=True)

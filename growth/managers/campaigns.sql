@@ -105,10 +105,17 @@ UPDATE growth_campaigns c
 RETURNING c.id;
 
 -- sending --
--- campaigns a worker can claim from, with their tenant's rate-limit bucket (if any)
-SELECT c.id AS campaign_id, rl.id AS rate_limit_id
+-- campaigns a worker can claim from, with what paces them: their tenant's buckets (its rate,
+-- its warm-up quota; not those of its mail to one destination), its warm-up schedule, the
+-- campaign's sending window and the database's clock to read it by
+SELECT c.id AS campaign_id, c.account_id,
+       ARRAY(SELECT rl.id FROM growth_rate_limits rl
+              WHERE rl.account_id = c.account_id AND rl.destination_id IS NULL
+              ORDER BY rl.id) AS bucket_ids,
+       c.window_starts, c.window_ends, a.time_zone, a.warmup_started_on, a.warmup_daily_start,
+       a.warmup_daily_growth, a.warmup_until, now() AS now
   FROM growth_campaigns c
-  LEFT JOIN growth_rate_limits rl ON rl.account_id = c.account_id
+  JOIN growth_accounts a ON a.id = c.account_id
  WHERE c.status = 'sending'
    AND c.recipients_built_at IS NOT NULL
  ORDER BY c.id;

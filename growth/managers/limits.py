@@ -1,18 +1,49 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import models
 
 from growth.managers.queries import Queries
 
 QUERIES = Queries.beside(__file__)
 
+RATE_CEILING = 100_000.0  # messages/s a bucket raised by good answers alone stops at
+
 
 @dataclass(frozen=True, slots=True)
 class Grant:
     count: int  # messages that may go now
     wait: float  # seconds until a batch could be granted, when count is 0
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationGrant:
+    """What one paced destination (mailbox provider) may take in this claim."""
+
+    granted: int  # rows of it the claim may take (tokens already taken)
+    bucket_ids: list[int]  # its buckets, to give back what the claim did not use
+    throttled: bool  # a receiver's deferrals hold it down
+    wait: float  # seconds until it has a token again, when granted is 0
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottlePolicy:
+    """How deferrals slow a bucket down and good answers speed it up (see limits.sql)."""
+
+    decrease: float
+    every: float  # seconds: at most one change of a bucket per period
+    floor: float  # messages/s
+    recovery: float  # share of the rate before the throttle given back per period
+    burst: float  # of a bucket created by a throttle
+
+    @classmethod
+    def from_settings(cls) -> ThrottlePolicy:
+        return cls(decrease=settings.SENDER_THROTTLE_DECREASE,
+                   every=settings.SENDER_THROTTLE_EVERY, floor=settings.SENDER_THROTTLE_FLOOR,
+                   recovery=settings.SENDER_THROTTLE_RECOVERY, burst=settings.SENDER_RATE_BURST)
 
 
 class RateLimitManager(models.Manager):
@@ -31,10 +62,65 @@ class RateLimitManager(models.Manager):
         if bucket_ids and count > 0:
             QUERIES.rows("give_back", ids=bucket_ids, count=count)
 
+    def take_destinations(self, *, account_id: int, want: int) -> dict[int, DestinationGrant]:
+        """For each paced destination of this tenant's mail: how many rows of it may go now
+        (at most ``want``), those tokens taken. Destinations absent are not paced."""
+        return {row["destination_id"]: DestinationGrant(row["granted"], row["bucket_ids"],
+                                                        row["throttled"], row["wait"])
+                for row in QUERIES.rows("take_destinations", account_id=account_id, want=want)}
+
+    def throttled(self, *, reason: str, initial: float, sent_since: float,
+                  policy: ThrottlePolicy, destination_id: int | None = None,
+                  transport: str = "") -> float | None:
+        """A receiver said "slow down" to mail for ``destination_id`` (or, without one, to
+        everything through ``transport``): lower that bucket's rate, creating it at ``initial``
+        messages/s if it had none. Return the new rate, or None when the bucket was lowered
+        less than a round trip ago (``sent_since``: seconds since the throttled batch took its
+        tokens) and this answer is old news."""
+        params = {"reason": reason[:500], "initial": max(initial, policy.floor),
+                  "sent_since": max(sent_since, 0.0), "decrease": policy.decrease,
+                  "every": policy.every, "floor": policy.floor, "burst": policy.burst}
+        if destination_id is not None:
+            row = QUERIES.one("throttle_destination", destination_id=destination_id, **params)
+        else:
+            row = QUERIES.one("throttle_transport", transport=transport, **params)
+        return None if row is None else row["per_second"]
+
+    def recover(self, *, destination_ids: Sequence[int], transport: str,
+                policy: ThrottlePolicy) -> list[int]:
+        """Good answers: raise the throttled buckets of these destinations and of the
+        transport (once per period); return the ids of those raised."""
+        return QUERIES.column("recover", destination_ids=list(destination_ids),
+                              transport=transport, recovery=policy.recovery,
+                              every=policy.every, ceiling=RATE_CEILING)
+
+    def destination_rate(self, destination_id: int, *, seconds: int = 5) -> float:
+        """Messages a second all workers delivered to the destination lately."""
+        return QUERIES.one("destination_rate", destination_id=destination_id,
+                           seconds=seconds)["per_second"]
+
+    def current_total_rate(self, *, seconds: int = 5) -> float:
+        """Messages a second all workers delivered lately, to everyone."""
+        return QUERIES.one("total_rate", seconds=seconds)["per_second"]
+
+    def any_throttled(self) -> bool:
+        return QUERIES.one("throttled_buckets")["throttled"]
+
     def for_transport(self, transport: str, *, per_second: float, burst: float) -> int:
         """Create or re-configure the transport-wide bucket; return its id."""
         return QUERIES.one("transport_limit", transport=transport, per_second=per_second,
                            burst=burst)["id"]
+
+    def transport_bucket(self, transport: str) -> int | None:
+        row = QUERIES.one("transport_bucket", transport=transport)
+        return None if row is None else row["id"]
+
+    def warmup(self, *, account_id: int, per_day: int | None) -> int | None:
+        """Set the tenant's warm-up quota for today (None: it has none); return its bucket."""
+        if per_day is None:
+            QUERIES.rows("end_warmup", account_id=account_id)
+            return None
+        return QUERIES.one("warmup_quota", account_id=account_id, per_day=per_day)["id"]
 
     def current_rates(self, account_ids: list[int], *, seconds: int = 10) -> dict[int, float]:
         """Messages a second each account sent over the last ``seconds``."""

@@ -1,28 +1,56 @@
 -- Rate limits: token buckets in the database, so every worker on every host draws from the same
 -- ones and a restart forgets nothing. Refills are computed from the database's clock.
+-- A bucket's effective rate is throttled_to while a receiver's deferrals hold it down, else the
+-- configured per_second; no rate at all (a destination limited only in messages on the wire)
+-- grants without counting tokens. A bucket with per_day is a calendar-day quota in its tenant's
+-- time zone (the warm-up schedule): full again at local midnight, no refill in between.
+
+-- _effective_rate --
+coalesce(r.throttled_to, r.per_second)
+
+-- _available --
+-- tokens in bucket r now (Infinity: nothing to count)
+CASE
+    WHEN r.per_day IS NOT NULL THEN
+        CASE WHEN (r.refilled_at AT TIME ZONE coalesce(a.time_zone, 'UTC'))::date
+                  < (now() AT TIME ZONE coalesce(a.time_zone, 'UTC'))::date
+             THEN r.per_day::float8 ELSE r.tokens END
+    WHEN {{ _effective_rate }} IS NULL THEN 'Infinity'::float8
+    ELSE least(r.burst, r.tokens + {{ _effective_rate }}
+                                   * greatest(0, extract(epoch FROM now() - r.refilled_at)))
+END
 
 -- take --
 -- Lock the buckets (in id order: no deadlock between workers), refill them for the time
 -- elapsed, and grant the same number of tokens from each: as many as wanted, or as the emptiest
 -- holds, but nothing below a full batch (a burst's worth at most) so that workers do not nibble
--- one message at a time. wait: seconds until such a grant would be possible.
+-- one message at a time; a day's quota grants what is left of it. wait: seconds until such a
+-- grant would be possible (for a spent quota: until the tenant's midnight).
 WITH locked AS (
-    SELECT id, burst, per_second,
-           least(burst, tokens + per_second * greatest(0, extract(epoch FROM now() - refilled_at)))
-               AS available
-      FROM growth_rate_limits
-     WHERE id = ANY(%(ids)s)
-     ORDER BY id
-       FOR UPDATE
+    SELECT r.id, r.burst, r.per_day, {{ _effective_rate }} AS rate,
+           {{ _available }} AS available,
+           CASE WHEN r.per_day IS NOT NULL THEN 1 ELSE least(%(want)s, floor(r.burst)) END
+               AS smallest_grant,
+           extract(epoch FROM date_trunc('day', now() AT TIME ZONE coalesce(a.time_zone, 'UTC'))
+                              + interval '1 day'
+                              - (now() AT TIME ZONE coalesce(a.time_zone, 'UTC'))) AS to_midnight
+      FROM growth_rate_limits r
+      LEFT JOIN growth_accounts a ON a.id = r.account_id
+     WHERE r.id = ANY(%(ids)s)
+     ORDER BY r.id
+       FOR UPDATE OF r
 ), decision AS (
-    SELECT CASE WHEN min(floor(available)) >= least(%(want)s, min(floor(burst)))
+    SELECT CASE WHEN bool_and(floor(available) >= smallest_grant)
                 THEN least(%(want)s, min(floor(available)))::int
                 ELSE 0 END AS granted,
-           greatest(0, max((least(%(want)s, floor(burst)) - available) / per_second))::float AS wait
+           greatest(0, max(CASE WHEN floor(available) >= smallest_grant THEN 0
+                                WHEN per_day IS NOT NULL THEN to_midnight
+                                ELSE (smallest_grant - available) / rate END))::float AS wait
       FROM locked
 )
 UPDATE growth_rate_limits r
-   SET tokens = l.available - d.granted,
+   SET tokens = CASE WHEN l.available = 'Infinity' THEN r.tokens
+                     ELSE l.available - d.granted END,
        refilled_at = now()
   FROM locked l, decision d
  WHERE r.id = l.id
@@ -31,16 +59,161 @@ RETURNING d.granted, d.wait;
 -- give_back --
 -- tokens granted but not used (the campaign had fewer rows due, some were suppressed)
 UPDATE growth_rate_limits
-   SET tokens = least(burst, tokens + %(count)s)
+   SET tokens = least(coalesce(per_day, burst), tokens + %(count)s)
  WHERE id = ANY(%(ids)s);
+
+-- take_destinations --
+-- The destinations (mailbox providers) paced for a tenant's mail: every bucket of a destination,
+-- global or this tenant's, locked in id order and refilled. Each destination may take as many
+-- messages now as its emptiest bucket holds, and no more than its max_in_flight leaves room for
+-- beside the messages on the wire to it (rows 'sending': the partial index of leased rows), and
+-- at most `want`; the tokens are taken (the caller gives back what the claim did not use).
+WITH locked AS (
+    SELECT r.id, r.destination_id, r.max_in_flight, {{ _effective_rate }} AS rate,
+           r.throttled_to IS NOT NULL AS throttled, {{ _available }} AS available
+      FROM growth_rate_limits r
+      LEFT JOIN growth_accounts a ON a.id = r.account_id
+     WHERE r.destination_id IS NOT NULL
+       AND (r.account_id IS NULL OR r.account_id = %(account_id)s)
+     ORDER BY r.id
+       FOR UPDATE OF r
+), on_the_wire AS (
+    SELECT s.destination_id, count(*) AS messages
+      FROM growth_sends s
+     WHERE s.status = 'sending'
+       AND s.destination_id IN (SELECT destination_id FROM locked WHERE max_in_flight IS NOT NULL)
+     GROUP BY s.destination_id
+), room AS (
+    SELECT l.*, greatest(0, least(%(want)s, floor(l.available),
+                                  coalesce(l.max_in_flight - w.messages, l.max_in_flight,
+                                           %(want)s)))::int AS room
+      FROM locked l
+      LEFT JOIN on_the_wire w ON w.destination_id = l.destination_id
+), per_destination AS (
+    SELECT destination_id, min(room) AS granted, bool_or(throttled) AS throttled,
+           array_agg(id ORDER BY id) AS bucket_ids,
+           greatest(0, max(CASE WHEN available >= 1 OR rate IS NULL THEN 0
+                                ELSE (1 - available) / rate END))::float AS wait
+      FROM room
+     GROUP BY destination_id
+), taken AS (
+    UPDATE growth_rate_limits r
+       SET tokens = CASE WHEN l.available = 'Infinity' THEN r.tokens
+                         ELSE l.available - p.granted END,
+           refilled_at = now()
+      FROM locked l
+      JOIN per_destination p ON p.destination_id = l.destination_id
+     WHERE r.id = l.id
+)
+SELECT destination_id, granted, throttled, bucket_ids, wait FROM per_destination;
+
+-- _slow_down --
+-- A receiver said "slow down" (see growth.sending.transports.errors): the bucket's effective
+-- rate times `decrease`, never below `floor`, from `initial` for a bucket that had no rate (the
+-- rate the workers were seen sending at). Once per round trip: not again for answers to messages
+-- sent before the last decrease (`sent_since`: when the batch that met this throttle took its
+-- tokens), nor within `every` seconds. Tokens drop to nothing: every worker stops at once.
+DO UPDATE SET
+    -- the rate the episode of throttling started from: what recovery steps are a share of
+    throttled_from = CASE WHEN growth_rate_limits.throttled_to IS NULL
+                          THEN coalesce(growth_rate_limits.per_second, %(initial)s)
+                          ELSE coalesce(growth_rate_limits.throttled_from, %(initial)s) END,
+    throttled_to = greatest(%(floor)s, least(coalesce(growth_rate_limits.throttled_to,
+                                                      growth_rate_limits.per_second,
+                                                      %(initial)s),
+                                             coalesce(growth_rate_limits.per_second,
+                                                      'Infinity'::float8)) * %(decrease)s),
+    throttled_at = now(), adjusted_at = now(), tokens = 0, refilled_at = now()
+ WHERE growth_rate_limits.throttled_at IS NULL
+    OR (growth_rate_limits.throttled_at < now() - make_interval(secs => %(every)s)
+        AND growth_rate_limits.throttled_at < now() - make_interval(secs => %(sent_since)s))
+
+-- throttle_destination --
+-- a destination's throttle: its global bucket, created (with no configured rate) if it has none
+WITH changed AS (
+    INSERT INTO growth_rate_limits (destination_id, transport, burst, throttled_to,
+                                    throttled_from, throttled_at, adjusted_at, tokens)
+    VALUES (%(destination_id)s, '', %(burst)s, greatest(%(floor)s, %(initial)s * %(decrease)s),
+            %(initial)s, now(), now(), 0)
+    ON CONFLICT (destination_id) WHERE account_id IS NULL
+    {{ _slow_down }}
+    RETURNING id, throttled_to
+)
+INSERT INTO growth_rate_limit_changes (rate_limit_id, per_second, reason)
+SELECT id, throttled_to, %(reason)s FROM changed
+RETURNING rate_limit_id, per_second;
+
+-- throttle_transport --
+-- the relay's or ESP's limit on our whole account: the transport-wide bucket
+WITH changed AS (
+    INSERT INTO growth_rate_limits (transport, burst, throttled_to, throttled_from, throttled_at,
+                                    adjusted_at, tokens)
+    VALUES (%(transport)s, %(burst)s, greatest(%(floor)s, %(initial)s * %(decrease)s),
+            %(initial)s, now(), now(), 0)
+    ON CONFLICT (transport) WHERE account_id IS NULL AND destination_id IS NULL
+    {{ _slow_down }}
+    RETURNING id, throttled_to
+)
+INSERT INTO growth_rate_limit_changes (rate_limit_id, per_second, reason)
+SELECT id, throttled_to, %(reason)s FROM changed
+RETURNING rate_limit_id, per_second;
+
+-- recover --
+-- Good answers from these destinations (or through this transport): each of their throttled
+-- buckets gets back `recovery` x the rate its throttling started from, once per `every` seconds
+-- (additive increase); back at its configured rate it is no longer throttled, and one that has
+-- none stops at `ceiling`.
+WITH raised AS (
+    UPDATE growth_rate_limits r
+       SET throttled_to = CASE
+               WHEN r.per_second IS NOT NULL
+                    AND r.throttled_to + %(recovery)s * r.throttled_from >= r.per_second THEN NULL
+               ELSE least(%(ceiling)s, r.throttled_to + %(recovery)s * r.throttled_from) END,
+           adjusted_at = now()
+     WHERE r.throttled_to IS NOT NULL
+       AND r.throttled_to < %(ceiling)s
+       AND (r.destination_id = ANY(%(destination_ids)s::int[])
+            OR (r.transport = %(transport)s AND r.account_id IS NULL AND r.destination_id IS NULL))
+       AND r.adjusted_at < now() - make_interval(secs => %(every)s)
+    RETURNING r.id, r.throttled_to, {{ _effective_rate }} AS rate
+)
+INSERT INTO growth_rate_limit_changes (rate_limit_id, per_second, reason)
+SELECT id, rate, CASE WHEN throttled_to IS NULL THEN 'recovered: back to the configured rate'
+                      ELSE 'good answers: raised' END
+  FROM raised
+RETURNING rate_limit_id, per_second;
+
+-- throttled_buckets --
+-- are any buckets held down by throttling (then good answers are worth a recover)?
+SELECT EXISTS (SELECT 1 FROM growth_rate_limits WHERE throttled_to IS NOT NULL) AS throttled;
 
 -- transport_limit --
 -- the transport-wide bucket from settings, created or re-configured
 INSERT INTO growth_rate_limits (transport, per_second, burst)
 VALUES (%(transport)s, %(per_second)s, %(burst)s)
-ON CONFLICT (transport) WHERE account_id IS NULL
+ON CONFLICT (transport) WHERE account_id IS NULL AND destination_id IS NULL
 DO UPDATE SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst
 RETURNING id;
+
+-- transport_bucket --
+-- the transport-wide bucket, if one exists (configured, or created by a throttle)
+SELECT id FROM growth_rate_limits
+ WHERE transport = %(transport)s AND account_id IS NULL AND destination_id IS NULL;
+
+-- warmup_quota --
+-- The tenant's warm-up quota for today (per_day, from its schedule): created, or resized when
+-- the day's cap changed; the tokens already spent today stay spent.
+INSERT INTO growth_rate_limits (account_id, transport, per_day, burst, tokens)
+VALUES (%(account_id)s, '', %(per_day)s, 1, %(per_day)s)
+ON CONFLICT (account_id) WHERE per_day IS NOT NULL
+DO UPDATE SET tokens = greatest(0, growth_rate_limits.tokens
+                                   + EXCLUDED.per_day - growth_rate_limits.per_day),
+              per_day = EXCLUDED.per_day
+RETURNING id;
+
+-- end_warmup --
+-- the schedule is over (or was removed): no quota any more
+DELETE FROM growth_rate_limits WHERE account_id = %(account_id)s AND per_day IS NOT NULL;
 
 -- current_rates --
 -- messages a second over the last %(seconds)s seconds, per account: only campaigns unfinished or
@@ -54,3 +227,27 @@ SELECT c.account_id, count(*)::float / %(seconds)s AS per_second
  WHERE c.account_id = ANY(%(account_ids)s)
    AND (c.finished_at IS NULL OR c.finished_at > now() - make_interval(secs => %(seconds)s))
  GROUP BY c.account_id;
+
+-- destination_rate --
+-- messages a second delivered to a destination over the last %(seconds)s seconds, by every
+-- worker: what a throttle's first bucket for it starts from. Only sending campaigns' recent
+-- sends are read, through (campaign_id, status, sent_at).
+SELECT count(*)::float / %(seconds)s AS per_second
+  FROM growth_campaigns c
+  JOIN growth_sends s
+    ON s.campaign_id = c.id
+   AND s.status = 'sent'
+   AND s.sent_at > now() - make_interval(secs => %(seconds)s)
+ WHERE c.status = 'sending'
+   AND s.destination_id = %(destination_id)s;
+
+-- total_rate --
+-- messages a second delivered by every worker over the last %(seconds)s seconds: what a
+-- transport-wide throttle's first bucket starts from
+SELECT count(*)::float / %(seconds)s AS per_second
+  FROM growth_campaigns c
+  JOIN growth_sends s
+    ON s.campaign_id = c.id
+   AND s.status = 'sent'
+   AND s.sent_at > now() - make_interval(secs => %(seconds)s)
+ WHERE c.status = 'sending';

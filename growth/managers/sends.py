@@ -26,6 +26,16 @@ class Claimed(FromRow):
     job_id: str
     status: str
     attempts: int
+    destination_id: int | None  # its mailbox provider, for pacing
+
+
+@dataclass(frozen=True, slots=True)
+class PacedClaim:
+    """A claim made while some destinations are paced, and how far its window read."""
+
+    rows: list[Claimed]
+    scanned: int  # queued rows the window read
+    scanned_to: int  # the last one's id (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +139,24 @@ class SendManager(models.Manager):
                             campaign_id=campaign_id, hand_over=hand_over, wait_for_flush=False)
         return sorted((Claimed.from_row(row) for row in rows), key=lambda c: c.id)
 
+    def claim_paced(self, *, worker_id: str, campaign_id: int, free: int, lease: float,
+                    paced: Sequence[int], shares: Mapping[int, int], after: int, scan: int,
+                    hand_over: bool = False) -> PacedClaim:
+        """Claim rows of one campaign while the ``paced`` destinations are limited: up to
+        ``shares[d]`` rows of each paced destination d, and up to ``free`` rows of the others
+        found among the ``scan`` queued rows after id ``after`` (see claim_paced in sends.sql)."""
+        shared = [(d, n) for d, n in shares.items() if n > 0]
+        rows = QUERIES.rows("claim_paced", worker_id=worker_id, campaign_id=campaign_id,
+                            free=max(free, 0), lease=lease, paced=list(paced),
+                            share_ids=[d for d, _ in shared], share_counts=[n for _, n in shared],
+                            after=after, scan=scan, hand_over=hand_over, wait_for_flush=False)
+        window = rows[0] if rows else {"scanned": 0, "scanned_to": 0}
+        claimed = [Claimed.from_row({k: v for k, v in row.items()
+                                     if k not in ("scanned", "scanned_to")})
+                   for row in rows if row["id"] is not None]
+        return PacedClaim(sorted(claimed, key=lambda c: c.id), scanned=window["scanned"],
+                          scanned_to=window["scanned_to"])
+
     def hand_over(self, send_ids: Sequence[int], *, worker_id: str) -> dict[int, str]:
         """Mark rows as going on the wire now; return {id: 'sending' (send it) | 'suppressed'}.
 
@@ -143,13 +171,15 @@ class SendManager(models.Manager):
         return QUERIES.column("blocked", ids=list(send_ids))
 
     def settle(self, outcomes: Sequence[Outcome], *, campaign_id: int, worker_id: str,
-               attempts: Mapping[int, int], max_attempts: int, backoff_base: float,
-               backoff_max: float) -> dict[int, str]:
+               attempts: Mapping[int, int], retry_for: float, backoff_base: float,
+               backoff_max: float, throttle_delay: float = 1.0) -> dict[int, str]:
         """Record a batch of outcomes (rows of one campaign, as claimed) in one statement; return
         {send id: new status}.
 
         ``attempts``: each row's attempt as the claim returned it. Rows no longer held by this
-        claim (``worker_id`` at that attempt) are left alone and absent from the result.
+        claim (``worker_id`` at that attempt) are left alone and absent from the result. A
+        transient failure or a throttle is queued again while within ``retry_for`` seconds of
+        the row's first attempt, 'failed' after.
         """
         if not outcomes:
             return {}
@@ -160,9 +190,10 @@ class SendManager(models.Manager):
             "settle", ids=[o.send_id for o in outcomes],
             attempts=[attempts[o.send_id] for o in outcomes], outcomes=[o.kind for o in outcomes],
             provider_ids=[o.provider_message_id for o in outcomes],
-            errors=[o.error for o in outcomes], campaign_id=campaign_id, worker_id=worker_id,
-            max_attempts=max_attempts,
-            backoff_base=backoff_base, backoff_max=backoff_max, wait_for_flush=False)
+            errors=[o.error for o in outcomes], retry_afters=[o.retry_after for o in outcomes],
+            campaign_id=campaign_id, worker_id=worker_id, retry_for=retry_for,
+            throttle_delay=throttle_delay, backoff_base=backoff_base, backoff_max=backoff_max,
+            wait_for_flush=False)
         return {row["id"]: row["status"] for row in rows}
 
     def release(self, send_ids: Sequence[int], *, campaign_id: int, worker_id: str,

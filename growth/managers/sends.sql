@@ -37,15 +37,23 @@ SELECT resend_of_id, coalesce(resend_root_id, resend_of_id) AS resend_root_id
 -- (campaign, subscriber) and (campaign, email_lower), so a rebuild after a crash adds nothing,
 -- even when the oldest subscriber row for an address changed in between.
 -- job_id is not written here: the database computes it from (campaign_id, subscriber_id).
-INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower)
+-- The destination (mailbox provider) comes from the domains classified just before the build.
+INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower,
+                          destination_id)
 SELECT DISTINCT ON (s.email_lower)
-       c.id, c.account_id, s.id, s.email, s.email_lower
+       c.id, c.account_id, s.id, s.email, s.email_lower, {{ _destination_of_address }}
   FROM growth_campaigns c
   JOIN growth_subscribers s ON s.account_id = c.account_id
  WHERE c.id = %(campaign_id)s
    AND {{ _in_audience }}
  ORDER BY s.email_lower, s.created_at, s.id
 ON CONFLICT DO NOTHING;
+
+-- _destination_of_address --
+-- The mailbox provider of subscriber row s's address, if its domain was classified
+-- (growth.audience.destinations); NULL: not paced per destination.
+(SELECT d.destination_id FROM growth_mail_domains d
+  WHERE d.domain = split_part(s.email_lower, '@', 2))
 
 -- lock_resend_family --
 -- A follow-up's build, step 1: one build at a time per chain of follow-ups (the original and
@@ -91,10 +99,11 @@ WITH candidates AS (  -- locked in id order, as every statement that locks sever
            updated_at = now()
       FROM candidates c
      WHERE s.id = c.id
-    RETURNING s.account_id, s.subscriber_id, s.email, s.email_lower
+    RETURNING s.account_id, s.subscriber_id, s.email, s.email_lower, s.destination_id
 )
-INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower)
-SELECT %(campaign_id)s, account_id, subscriber_id, email, email_lower
+INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower,
+                          destination_id)
+SELECT %(campaign_id)s, account_id, subscriber_id, email, email_lower, destination_id
   FROM taken
 ON CONFLICT DO NOTHING;
 
@@ -113,9 +122,10 @@ NOT EXISTS (SELECT 1
 -- Step 3, if the operator asked for it: subscribers of the follow-up's audience whose address
 -- no campaign of the chain has a row for (they joined after the original was built), one row
 -- per address as in build_recipients.
-INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower)
+INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower,
+                          destination_id)
 SELECT DISTINCT ON (s.email_lower)
-       c.id, c.account_id, s.id, s.email, s.email_lower
+       c.id, c.account_id, s.id, s.email, s.email_lower, {{ _destination_of_address }}
   FROM growth_campaigns c
   JOIN growth_subscribers s ON s.account_id = c.account_id
  WHERE c.id = %(campaign_id)s
@@ -171,12 +181,22 @@ WITH due AS (
      ORDER BY s.id
      LIMIT %(batch_size)s
        FOR UPDATE OF s SKIP LOCKED
-), blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in a hash
+), {{ _blocked_in_due }}
+{{ _lease_due }}
+RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, s.status, s.attempts,
+          s.destination_id;
+
+-- _blocked_in_due --
+-- The claim's second half, on the rows of `due` (locked): which of them an opt-out now blocks...
+blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in a hash
     SELECT s.id
       FROM growth_sends s
      WHERE s.id = ANY(ARRAY(SELECT id FROM due))
        AND {{ _blocked }}
 )
+
+-- _lease_due --
+-- ... and the update: suppress those, lease the rest.
 UPDATE growth_sends s
    SET status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
                                ELSE 'sending' END,
@@ -185,10 +205,67 @@ UPDATE growth_sends s
                                ELSE now() + make_interval(secs => %(lease)s) END,
        handed_over_at   = CASE WHEN %(hand_over)s AND s.id NOT IN (SELECT id FROM blocked)
                                THEN now() END,
+       first_attempt_at = CASE WHEN %(hand_over)s AND s.id NOT IN (SELECT id FROM blocked)
+                               THEN coalesce(s.first_attempt_at, now())
+                               ELSE s.first_attempt_at END,
        claimed_by       = %(worker_id)s,
        updated_at       = now()
  WHERE s.id = ANY(ARRAY(SELECT id FROM due))
-RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, s.status, s.attempts;
+
+-- claim_paced --
+-- The claim of one campaign while some destinations (mailbox providers) are paced: a paced
+-- destination's rows are taken only as many as its tokens allow (share_ids/share_counts, through
+-- (campaign_id, destination_id, id)), the others' as usual; a paced destination without tokens
+-- is skipped without a lease taken on any of its rows. So that a wall of waiting rows of a paced
+-- destination cannot make the claim read all of them, the free rows are looked for in a window
+-- of at most `scan` queued rows after the worker's hand (`after`), which moves on each time a
+-- window is read to its end: O(scan) per claim whatever the campaign's size, and every row is
+-- passed over again on the next lap. The last row returned tells how far the window went
+-- (scanned, scanned_to), also when nothing was claimed.
+WITH campaign AS (
+    SELECT id FROM growth_campaigns WHERE id = %(campaign_id)s AND status = 'sending'
+), scanned AS (
+    SELECT s.id, s.destination_id
+      FROM growth_sends s
+     WHERE s.campaign_id = (SELECT id FROM campaign)
+       AND s.status = 'queued'
+       AND s.id > %(after)s
+       AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
+     ORDER BY s.id
+     LIMIT %(scan)s
+), free AS (
+    SELECT s.id
+      FROM growth_sends s
+     WHERE s.id = ANY(ARRAY(SELECT id FROM scanned
+                             WHERE destination_id IS NULL
+                                OR destination_id <> ALL(%(paced)s::int[])))
+       AND s.status = 'queued'
+     ORDER BY s.id
+     LIMIT %(free)s
+       FOR UPDATE OF s SKIP LOCKED
+), shares AS (
+    SELECT share.id
+      FROM unnest(%(share_ids)s::int[], %(share_counts)s::int[]) AS g(destination_id, n)
+     CROSS JOIN LATERAL (
+           SELECT s.id
+             FROM growth_sends s
+            WHERE s.campaign_id = (SELECT id FROM campaign)
+              AND s.destination_id = g.destination_id
+              AND s.status = 'queued'
+              AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
+            ORDER BY s.id
+            LIMIT g.n
+              FOR UPDATE OF s SKIP LOCKED) share
+), due AS (  -- disjoint: a paced destination's rows are never free
+    SELECT id FROM free UNION ALL SELECT id FROM shares
+), {{ _blocked_in_due }}, claimed AS (
+    {{ _lease_due }}
+    RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, s.status, s.attempts,
+              s.destination_id
+)
+SELECT claimed.*, reach.scanned, reach.scanned_to
+  FROM (SELECT count(*) AS scanned, coalesce(max(id), 0) AS scanned_to FROM scanned) reach
+  LEFT JOIN claimed ON true;
 
 -- hand_over --
 -- Mark rows as about to go on the wire, committed before the transport sees them, and check
@@ -199,6 +276,8 @@ WITH blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in
 )
 UPDATE growth_sends s
    SET handed_over_at   = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL ELSE now() END,
+       first_attempt_at = CASE WHEN s.id IN (SELECT id FROM blocked) THEN s.first_attempt_at
+                               ELSE coalesce(s.first_attempt_at, now()) END,
        status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
                                ELSE 'sending' END,
        attempts         = s.attempts - CASE WHEN s.id IN (SELECT id FROM blocked) THEN 1 ELSE 0 END,
@@ -213,6 +292,14 @@ UPDATE growth_sends s
    AND s.claimed_by = %(worker_id)s
 RETURNING s.id, s.status;
 
+-- _retried --
+-- A settled outcome r of row s that goes back to the queue: a transient failure or a throttle,
+-- of a campaign not cancelled, within the retry horizon (retry_for seconds after the row's first
+-- attempt, an MTA's queue lifetime; attempts are counted, not capped).
+(r.outcome IN ('transient', 'throttled')
+ AND c.status <> 'cancelled'
+ AND now() < coalesce(s.first_attempt_at, now()) + make_interval(secs => %(retry_for)s))
+
 -- settle --
 -- Record what the transport said, for a whole batch at once. Only rows still in the hands of
 -- this claim are touched: this worker's, at the attempt it claimed. A row whose lease expired
@@ -222,35 +309,41 @@ RETURNING s.id, s.status;
 -- The batch's campaign row is locked (FOR SHARE, before any send row: it is joined first) so
 -- that the status read is the current one and a cancel cannot commit in between: a transient
 -- row of a cancelled campaign ends 'cancelled', never 'queued' where nothing would claim it.
+-- A throttle ("slow down") is not the row's failure: its attempt is given back, and it is due
+-- again when the receiver said (Retry-After) or after throttle_delay; the paced rate, not its
+-- backoff, decides when it goes.
 WITH campaign AS MATERIALIZED (
     SELECT id, status FROM growth_campaigns WHERE id = %(campaign_id)s FOR SHARE
 )
 UPDATE growth_sends s
    SET status = CASE
            WHEN r.outcome = 'sent' THEN 'sent'
-           WHEN r.outcome = 'transient' AND c.status = 'cancelled' THEN 'cancelled'
-           WHEN r.outcome = 'transient' AND s.attempts < %(max_attempts)s THEN 'queued'
+           WHEN {{ _retried }} THEN 'queued'
+           WHEN r.outcome IN ('transient', 'throttled') AND c.status = 'cancelled' THEN 'cancelled'
            ELSE 'failed' END,
+       attempts = s.attempts - CASE WHEN r.outcome = 'throttled' THEN 1 ELSE 0 END,
        sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
        -- a provider's id longer than the column must not fail the whole batch's settle
        provider_message_id = CASE WHEN r.outcome = 'sent' THEN left(r.provider_message_id, 255)
                                   ELSE s.provider_message_id END,
        last_error = r.error,
-       -- exponential backoff with +-10%% jitter, capped
        next_attempt_at = CASE
-           WHEN r.outcome = 'transient' AND s.attempts < %(max_attempts)s
-                AND c.status <> 'cancelled'
+           WHEN {{ _retried }} AND r.outcome = 'throttled'
+           THEN now() + make_interval(secs => coalesce(r.retry_after, %(throttle_delay)s))
+           -- exponential backoff with +-10%% jitter, capped
+           WHEN {{ _retried }}
            THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ (s.attempts - 1),
                                                     %(backoff_max)s) * (0.9 + random() * 0.2)) END,
        lease_expires_at = NULL,
        -- a refused attempt is known not delivered: queued again, the row is not in doubt (a
        -- follow-up may take it; see take_from_original)
-       handed_over_at = CASE WHEN r.outcome = 'transient' THEN NULL ELSE s.handed_over_at END,
+       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled') THEN NULL
+                             ELSE s.handed_over_at END,
        updated_at = now()
   FROM campaign c,
        unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
-              %(provider_ids)s::text[], %(errors)s::text[])
-           AS r(id, attempt, outcome, provider_message_id, error)
+              %(provider_ids)s::text[], %(errors)s::text[], %(retry_afters)s::float8[])
+           AS r(id, attempt, outcome, provider_message_id, error, retry_after)
  WHERE s.id = ANY(%(ids)s::bigint[])
    AND s.id = r.id
    AND s.campaign_id = c.id

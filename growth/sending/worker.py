@@ -1,7 +1,9 @@
 """The sender: one loop that any number of replicas, on any number of hosts, run at once.
 
-Each cycle: start due campaigns -> build their recipient lists -> recover expired leases -> claim
-a batch -> deliver it -> settle the outcomes -> finish campaigns with nothing left. The claim is
+Each cycle: start due campaigns -> build their recipient lists (their domains grouped by mailbox
+provider first) -> recover expired leases -> claim a batch, within what the limits allow now
+(``growth.sending.pacer``) -> deliver it -> settle the outcomes, and let the receiver's answers
+adapt the rates -> finish campaigns with nothing left. The claim is
 committed before the network call and the settle after it, so a crash anywhere leaves rows that
 lease expiry recovers. The worker holds no SQL: each step is one call to a manager. After a
 settle, an address our relay refused for good (5.1.x, 5.2.1) is suppressed for its tenant, as
@@ -37,14 +39,16 @@ from typing import TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
+from growth.audience.destinations import classify_recipient_domains
 from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
 from growth.managers.sends import Claimed
-from growth.models import Campaign, RateLimit, Send, Suppression, WorkerHeartbeat
+from growth.models import Campaign, Send, Suppression, WorkerHeartbeat
 from growth.observability import metrics
 from growth.reputation.guard import GuardSchedule
 from growth.sending.console import Console
+from growth.sending.pacer import Pacer
 from growth.sending.rendering import CampaignContent, CampaignRenderer
 from growth.sending.settler import InlineSettler, Settler
 from growth.sending.transports import (
@@ -154,7 +158,7 @@ class Worker:
         self._renderers: dict[int, CampaignRenderer] = {}
         self._links: LinkMaker | None = None
         self._last_campaign_id: int | None = None
-        self._transport_bucket_id: int | None = None
+        self._pacer = Pacer(batch_size=batch_size)
         self._rate_wait: float | None = None  # seconds until a rate limit grants a batch
         self._was_full = False
         self._housekept_at = 0.0
@@ -232,6 +236,7 @@ class Worker:
 
     def _build(self) -> None:
         for campaign_id in Send.objects.unbuilt_campaigns():
+            classify_recipient_domains(campaign_id=campaign_id)  # for pacing per provider
             created = Send.objects.build_recipients(campaign_id=campaign_id)
             if created is not None:
                 logger.info("campaign %s: %d recipients built", campaign_id, created)
@@ -248,33 +253,28 @@ class Worker:
                            dict(counts), extra={"worker_id": self.worker_id})
 
     def _claim(self) -> Batch | None:
-        """Claim a batch from the next sending campaign in turn, within its tenant's rate limit
-        and the transport's.
+        """Claim a batch from the next sending campaign in turn, within what its limits allow
+        now (``growth.sending.pacer``: rates, warm-up, sending window, per destination).
 
         Serving campaigns in turn, not oldest row first, keeps one tenant's big campaign from
-        starving another's. Tokens are taken before the claim, so a worker that has none holds
-        no lease it cannot use; tokens it could not use are given back.
+        starving another's.
         """
         self._rate_wait = None
         sending = Campaign.objects.sending()
         self._console.sending([campaign.campaign_id for campaign in sending])
         for campaign in self._in_turn(sending):
-            buckets = [b for b in (campaign.rate_limit_id, self._transport_bucket()) if b]
-            grant = RateLimit.objects.take(buckets, want=self.batch_size)
-            if not grant.count:
-                metrics.RATE_LIMIT_WAITS.inc()
-                self._rate_wait = min(self._rate_wait or grant.wait, grant.wait)
-                continue
             with metrics.STATEMENT_SECONDS.labels("claim").time():
-                rows = Send.objects.claim(worker_id=self.worker_id, batch_size=grant.count,
-                                          lease=self.lease, campaign_id=campaign.campaign_id,
+                claim = self._pacer.claim(campaign, worker_id=self.worker_id, lease=self.lease,
                                           hand_over=self.idempotent)
-            going = sum(1 for row in rows if row.status == Send.Status.SENDING)
-            RateLimit.objects.give_back(buckets, count=grant.count - going)
-            if rows:
-                self._last_campaign_id = campaign.campaign_id
-                return Batch(campaign.campaign_id, rows, full=len(rows) == grant.count,
-                             tally=Tally(campaign.campaign_id, claimed=len(rows), to_send=going))
+            if not claim.rows:
+                if claim.wait > 0:
+                    metrics.RATE_LIMIT_WAITS.inc()
+                    self._rate_wait = min(self._rate_wait or claim.wait, claim.wait)
+                continue
+            going = sum(1 for row in claim.rows if row.status == Send.Status.SENDING)
+            self._last_campaign_id = campaign.campaign_id
+            return Batch(campaign.campaign_id, claim.rows, full=len(claim.rows) == claim.granted,
+                         tally=Tally(campaign.campaign_id, claimed=len(claim.rows), to_send=going))
         return None
 
     def _deliver(self, batch: Batch) -> Iterator[list[Outcome]]:
@@ -300,6 +300,7 @@ class Worker:
         settled = self._record(batch, outcomes)
         batch.tally.add(settled)
         self._suppress_hard_bounces(batch, outcomes, settled)
+        self._pacer.observe(batch.rows, outcomes, sent_since=time.monotonic() - batch.tally.started)
 
     def _contain(self, batch: Batch, exc: Exception) -> None:
         """Pause the batch's campaign with the reason, and give back its rows that never went
@@ -356,13 +357,6 @@ class Worker:
             start = next((i for i, c in enumerate(campaigns)
                           if c.campaign_id > self._last_campaign_id), 0)
         return campaigns[start:] + campaigns[:start]
-
-    def _transport_bucket(self) -> int | None:
-        if self._transport_bucket_id is None and settings.SENDER_RATE_LIMIT:
-            self._transport_bucket_id = RateLimit.objects.for_transport(
-                settings.SENDER_TRANSPORT, per_second=settings.SENDER_RATE_LIMIT,
-                burst=settings.SENDER_RATE_BURST)
-        return self._transport_bucket_id
 
     def _render(self, campaign_id: int,
                 rows: Sequence[Claimed]) -> tuple[list[Delivery], list[Outcome]]:
@@ -428,10 +422,10 @@ class Worker:
             with metrics.STATEMENT_SECONDS.labels("settle").time():
                 return Send.objects.settle(
                     outcomes, campaign_id=batch.campaign_id, worker_id=self.worker_id,
-                    attempts=batch.attempts,
-                    max_attempts=self.max_attempts,
+                    attempts=batch.attempts, retry_for=settings.SENDER_RETRY_FOR,
                     backoff_base=settings.SENDER_BACKOFF_BASE,
-                    backoff_max=settings.SENDER_BACKOFF_MAX)
+                    backoff_max=settings.SENDER_BACKOFF_MAX,
+                    throttle_delay=settings.SENDER_THROTTLE_EVERY)
 
         return self._retrying_db(settle, deadline=time.monotonic() + self.lease) or {}
 

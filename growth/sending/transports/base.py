@@ -26,11 +26,19 @@ class Outcome:
     SENT = "sent"
     TRANSIENT = "transient"  # worth retrying later, with the same key
     PERMANENT = "permanent"  # will never work: the row fails
+    THROTTLED = "throttled"  # "slow down": not delivered; again later, no attempt counted
+
+    # whom a throttle concerns: the recipient's mailbox provider, or our whole account with
+    # the relay or ESP (an API's 429, SES's "Maximum sending rate exceeded")
+    DESTINATION = "destination"
+    TRANSPORT = "transport"
 
     send_id: int
     kind: str
     provider_message_id: str = ""
     error: str = ""
+    throttle_scope: str = ""  # for THROTTLED: DESTINATION or TRANSPORT
+    retry_after: float | None = None  # seconds the receiver asked us to wait, if it said
 
 
 class BaseTransport:

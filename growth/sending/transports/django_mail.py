@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from django.conf import settings
 from django.core.mail import get_connection
@@ -73,8 +74,9 @@ class DjangoMailTransport(BaseTransport):
             except Exception as exc:
                 # Nobody to talk to: the rest of the batch waits for the next attempt.
                 failure = classify_failure(exc)
-                outcomes += [Outcome(d.send_id, Outcome.TRANSIENT, error=failure.error)
-                             for d in deliveries[position:]]
+                if failure.kind != Outcome.THROTTLED:  # refused at connect: only a throttle
+                    failure = replace(failure, kind=Outcome.TRANSIENT)  # is not the rows' fault
+                outcomes += [failure.outcome(d.send_id) for d in deliveries[position:]]
                 break
             outcomes.append(self._send_one(delivery))
         return outcomes
@@ -119,7 +121,7 @@ class DjangoMailTransport(BaseTransport):
             failure = classify_failure(exc)
             if failure.reconnect:
                 self.close()
-            return Outcome(delivery.send_id, failure.kind, error=failure.error)
+            return failure.outcome(delivery.send_id)
         status = getattr(message, "anymail_status", None)
         if status is not None and status.status and status.status <= _ANYMAIL_REFUSED:
             return Outcome(delivery.send_id, Outcome.PERMANENT,

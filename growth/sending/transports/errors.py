@@ -9,6 +9,13 @@ What is stored of a failure is what an operator would read in a mail server's lo
 as its code, enhanced status and text ("550 5.1.1 No such user"), anything else as
 "ExceptionName: message"; bounded either way. The hard-bounce rule
 (``growth.feedback.bounces.smtp_hard_bounce``) reads the reply's leading codes.
+
+A transient answer that says "slow down" is a throttle, not a failure of the row: Gmail's
+"421 4.7.28 ... unusual rate", Yahoo's "421 4.7.0 [TSS04] Messages temporarily deferred",
+Microsoft's "451 4.7.500 Server busy", "450 4.2.1 ... receiving mail at a rate ...", SES's
+"454 Throttling failure: Maximum sending rate exceeded", an API's HTTP 429 (with Retry-After).
+The row is queued again without an attempt counted and the rate of whom it concerns is lowered
+(``growth.managers.limits``): the recipient's provider, or for an account-wide limit the transport.
 """
 
 from __future__ import annotations
@@ -30,18 +37,39 @@ MAX_ERROR = 500  # characters of a failure kept on the row
 _ENHANCED = re.compile(r"[245]\.\d{1,3}\.\d{1,3}(?=\s|$)")
 
 
+# enhanced status codes of rate and policy deferrals (RFC 3463: 4.7.x security or policy,
+# 4.2.1 mailbox disabled or receiving too fast, 4.3.2 not accepting messages now, 4.5.3 too
+# many recipients)
+_THROTTLE_STATUS = re.compile(r"^4\.(7\.\d{1,3}|2\.1|3\.2|4\.5|5\.3)$")
+_THROTTLE_TEXT = re.compile(r"\brate\b|throttl|too many (messages|connections|recipients)"
+                            r"|slow down|temporarily deferred|busy", re.IGNORECASE)
+_GREYLISTED = re.compile(r"grey ?list|gray ?list", re.IGNORECASE)  # a first-contact test
+# our account's limit with the relay or ESP, not the recipient's provider's
+_ACCOUNT_LIMIT_TEXT = re.compile(r"maximum sending rate|sending quota|throttling failure"
+                                 r"|account.{0,20}(rate|limit)", re.IGNORECASE)
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
-    kind: str  # Outcome.TRANSIENT or Outcome.PERMANENT
+    kind: str  # Outcome.TRANSIENT, Outcome.PERMANENT or Outcome.THROTTLED
     error: str
     reconnect: bool = False  # the connection is no longer usable
+    throttle_scope: str = ""  # for THROTTLED: Outcome.DESTINATION or Outcome.TRANSPORT
+    retry_after: float | None = None
+
+    def outcome(self, send_id: int) -> Outcome:
+        return Outcome(send_id, self.kind, error=self.error, throttle_scope=self.throttle_scope,
+                       retry_after=self.retry_after)
 
 
 def classify_failure(exc: BaseException) -> Failure:
     """Return what a send failure means for the row."""
     error = describe(exc)
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
-        codes = [code for code, _ in exc.recipients.values()]
+        replies = list(exc.recipients.values())
+        codes = [code for code, _ in replies]
+        if replies and all(_throttling(code, text) for code, text in replies):
+            return _throttled(error)
         return Failure(_by_code(min(codes) if codes else 550), error)
     if isinstance(exc, smtplib.SMTPServerDisconnected | smtplib.SMTPConnectError):
         return Failure(Outcome.TRANSIENT, error, reconnect=True)
@@ -50,6 +78,8 @@ def classify_failure(exc: BaseException) -> Failure:
         return Failure(Outcome.TRANSIENT, error, reconnect=True)
     if isinstance(exc, smtplib.SMTPResponseException):
         # 421: the server is closing the connection (smtplib has already closed its side)
+        if _throttling(exc.smtp_code, exc.smtp_error):
+            return _throttled(error, reconnect=exc.smtp_code == 421)
         return Failure(_by_code(exc.smtp_code), error, reconnect=exc.smtp_code == 421)
     # before OSError: anymail's API errors are requests' HTTPErrors, hence OSErrors too
     if anymail_errors is not None and isinstance(exc, anymail_errors.AnymailError):
@@ -99,7 +129,40 @@ def _by_code(code: int) -> str:
     return Outcome.PERMANENT if 500 <= code < 600 else Outcome.TRANSIENT
 
 
+def _throttling(code: int, text: bytes | str) -> bool:
+    """Whether an SMTP reply asks us to slow down (a 4xx whose enhanced status or text says so)."""
+    if not 400 <= code < 500:
+        return False
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    text = str(text).strip()
+    if _GREYLISTED.search(text):
+        return False
+    status = _ENHANCED.match(text)
+    return bool(status and _THROTTLE_STATUS.match(status[0])) or bool(_THROTTLE_TEXT.search(text))
+
+
+def _throttled(error: str, *, reconnect: bool = False, retry_after: float | None = None,
+               scope: str | None = None) -> Failure:
+    if scope is None:
+        scope = Outcome.TRANSPORT if _ACCOUNT_LIMIT_TEXT.search(error) else Outcome.DESTINATION
+    return Failure(Outcome.THROTTLED, error, reconnect=reconnect, throttle_scope=scope,
+                   retry_after=retry_after)
+
+
+def _retry_after(exc) -> float | None:
+    """An HTTP answer's Retry-After, in seconds (the delay form; a date is read as absent)."""
+    response = getattr(exc, "response", None)
+    value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None
+    try:
+        return min(max(float(value), 0.0), 3600.0) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _anymail(exc, error: str) -> Failure:
+    if getattr(exc, "status_code", None) == 429:  # the ESP's limit on our account
+        return _throttled(error, retry_after=_retry_after(exc), scope=Outcome.TRANSPORT)
     if isinstance(exc, anymail_errors.AnymailRecipientsRefused | anymail_errors.AnymailInvalidAddress
                   | anymail_errors.AnymailUnsupportedFeature):
         return Failure(Outcome.PERMANENT, error)

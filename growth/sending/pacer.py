@@ -1,0 +1,184 @@
+"""How much a worker may claim now, and of which mailbox providers; and what a receiver's
+"slow down" does to that. The worker asks, claims through it, and tells it the outcomes.
+
+Every limit is a token bucket in PostgreSQL (``growth.managers.limits``), shared by all workers:
+the tenant's rate and its warm-up quota for the day, the transport's rate, and per destination
+(a mailbox provider: Google, Microsoft, a company's own MX) a rate and a cap on messages on the
+wire, global or per tenant. A campaign outside its sending window gets nothing until it opens.
+Tokens are taken before the claim, so a worker that has none holds no lease it cannot use, and
+what the claim did not use is given back.
+
+A throttling answer lowers the rate of the bucket it concerns (multiplicative decrease: the
+recipient's provider, or the transport for a limit on our whole account), creating it if the
+provider was not paced yet; good answers raise it back (additive increase). The throttled rows
+are queued again by the settle without an attempt counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from growth.managers.campaigns import Sending
+from growth.managers.limits import DestinationGrant, ThrottlePolicy
+from growth.managers.sends import Claimed
+from growth.models import RateLimit, Send
+from growth.sending.transports import Outcome
+
+logger = logging.getLogger(__name__)
+
+SCAN_BATCHES = 4  # a paced claim reads at most this many batches' worth of queued rows
+LOOK_AGAIN = 5.0  # seconds between looks for a bucket a throttle may have created
+
+
+@dataclass
+class Claim:
+    rows: list[Claimed] = field(default_factory=list)
+    granted: int = 0  # rows the buckets allowed (0: none, see wait)
+    wait: float = 0.0  # seconds until something could be granted, when nothing was
+
+
+class Pacer:
+    def __init__(self, *, batch_size: int, policy: ThrottlePolicy | None = None) -> None:
+        self.batch_size = batch_size
+        self.policy = policy or ThrottlePolicy.from_settings()
+        self.transport = settings.SENDER_TRANSPORT  # the key of the transport-wide bucket
+        self._transport_bucket_id: int | None = None
+        self._transport_looked_at = -LOOK_AGAIN
+        self._hands: dict[int, int] = {}  # campaign -> id after which its paced window starts
+        # account -> (today's quota, its bucket), as this worker last set them
+        self._warmups: dict[int, tuple[int | None, int | None]] = {}
+        self._throttling_known_at = -LOOK_AGAIN
+        self._throttling = False  # some bucket is held down: good answers should raise it
+
+    # --- before the network: what may be claimed ---------------------------------------------
+
+    def claim(self, campaign: Sending, *, worker_id: str, lease: float,
+              hand_over: bool) -> Claim:
+        """Claim what the campaign's limits allow now (committed before this returns)."""
+        opens_in = campaign.window_opens_in()
+        if opens_in > 0:
+            return Claim(wait=opens_in)
+        extra = [self._warmup_bucket(campaign), self._transport_bucket()]
+        buckets = sorted({*campaign.bucket_ids, *filter(None, extra)})
+        grant = RateLimit.objects.take(buckets, want=self.batch_size)
+        if not grant.count:
+            return Claim(wait=grant.wait)
+        paced = RateLimit.objects.take_destinations(account_id=campaign.account_id,
+                                                    want=grant.count)
+        self._throttling = self._throttling or any(d.throttled for d in paced.values())
+        if paced:
+            rows = self._claim_paced(campaign, grant.count, paced, worker_id=worker_id,
+                                     lease=lease, hand_over=hand_over)
+        else:
+            rows = Send.objects.claim(worker_id=worker_id, batch_size=grant.count, lease=lease,
+                                      campaign_id=campaign.campaign_id, hand_over=hand_over)
+        going = [row for row in rows if row.status == Send.Status.SENDING]
+        RateLimit.objects.give_back(buckets, count=grant.count - len(going))
+        by_destination = Counter(row.destination_id for row in going)
+        for destination_id, allowed in paced.items():
+            RateLimit.objects.give_back(allowed.bucket_ids,
+                                        count=allowed.granted - by_destination[destination_id])
+        waits = [d.wait for d in paced.values() if not d.granted and d.wait > 0]
+        return Claim(rows, grant.count, wait=0.0 if rows or not waits else min(waits))
+
+    def _claim_paced(self, campaign: Sending, count: int, paced: dict[int, DestinationGrant], *,
+                     worker_id: str, lease: float, hand_over: bool) -> list[Claimed]:
+        shares, left = {}, count
+        for destination_id, allowed in sorted(paced.items(), key=lambda item: item[1].granted):
+            shares[destination_id] = min(allowed.granted, left)
+            left -= shares[destination_id]
+        scan = SCAN_BATCHES * self.batch_size
+        claimed = Send.objects.claim_paced(
+            worker_id=worker_id, campaign_id=campaign.campaign_id, free=left, lease=lease,
+            paced=list(paced), shares=shares, after=self._hands.get(campaign.campaign_id, 0),
+            scan=scan, hand_over=hand_over)
+        # a full window may have left free rows after it: the next claim looks there
+        self._hands[campaign.campaign_id] = claimed.scanned_to if claimed.scanned >= scan else 0
+        for destination_id, share in shares.items():  # tokens of destinations trimmed above
+            RateLimit.objects.give_back(paced[destination_id].bucket_ids,
+                                        count=paced[destination_id].granted - share)
+        return claimed.rows
+
+    def _transport_bucket(self) -> int | None:
+        if self._transport_bucket_id is None and settings.SENDER_RATE_LIMIT:
+            self._transport_bucket_id = RateLimit.objects.for_transport(
+                self.transport, per_second=settings.SENDER_RATE_LIMIT,
+                burst=settings.SENDER_RATE_BURST)
+        elif self._transport_bucket_id is None:
+            now = time.monotonic()
+            if now - self._transport_looked_at >= LOOK_AGAIN:  # created by a throttle?
+                self._transport_looked_at = now
+                self._transport_bucket_id = RateLimit.objects.transport_bucket(self.transport)
+        return self._transport_bucket_id
+
+    def _warmup_bucket(self, campaign: Sending) -> int | None:
+        """The tenant's warm-up quota, kept at today's size (written when the size changes)."""
+        cap = campaign.warmup_cap()
+        known = self._warmups.get(campaign.account_id)
+        if known is None or known[0] != cap:
+            known = self._warmups[campaign.account_id] = (
+                cap, RateLimit.objects.warmup(account_id=campaign.account_id, per_day=cap))
+        return known[1]
+
+    # --- after the network: what the answers teach ------------------------------------------
+
+    def observe(self, rows: Sequence[Claimed], outcomes: Sequence[Outcome], *,
+                sent_since: float) -> None:
+        """Adapt the rates to a batch's answers. ``sent_since``: seconds since its claim."""
+        destination_of = {row.id: row.destination_id for row in rows}
+        throttles = [o for o in outcomes if o.kind == Outcome.THROTTLED]
+        for scope, destination_id, outcome in _one_per_bucket(throttles, destination_of):
+            self._slow_down(scope, destination_id, outcome, sent_since=sent_since)
+        delivered = {destination_of.get(o.send_id) for o in outcomes if o.kind == Outcome.SENT}
+        if delivered and self._throttling_now():
+            raised = RateLimit.objects.recover(
+                destination_ids=[d for d in delivered if d is not None],
+                transport=self.transport, policy=self.policy)
+            if raised:
+                logger.debug("rates raised after good answers: buckets %s", raised)
+
+    def _slow_down(self, scope: str, destination_id: int | None, outcome: Outcome, *,
+                   sent_since: float) -> None:
+        if scope == Outcome.DESTINATION and destination_id is None:
+            return  # an unclassified domain: its rows wait out their delay, nothing is paced
+        if scope == Outcome.DESTINATION:
+            initial = RateLimit.objects.destination_rate(destination_id)
+            rate = RateLimit.objects.throttled(
+                destination_id=destination_id, reason=f"throttled: {outcome.error}",
+                initial=initial, sent_since=sent_since, policy=self.policy)
+        else:
+            rate = RateLimit.objects.throttled(
+                transport=self.transport, reason=f"throttled: {outcome.error}",
+                initial=RateLimit.objects.current_total_rate(), sent_since=sent_since, policy=self.policy)
+            self._transport_looked_at = -LOOK_AGAIN
+        if rate is not None:
+            self._throttling = True
+            logger.warning("receiver throttling (%s): %s rate lowered to %.2f/s", outcome.error,
+                           f"destination {destination_id}" if scope == Outcome.DESTINATION
+                           else "transport", rate)
+
+    def _throttling_now(self) -> bool:
+        now = time.monotonic()
+        if now - self._throttling_known_at >= LOOK_AGAIN:
+            self._throttling_known_at = now
+            self._throttling = RateLimit.objects.any_throttled()
+        return self._throttling
+
+
+def _one_per_bucket(throttles: Sequence[Outcome], destination_of: dict[int, int | None]):
+    """One throttle per bucket it concerns (the first): a batch's many deferrals from one
+    provider are one signal, not many."""
+    seen = set()
+    for outcome in throttles:
+        key = (outcome.throttle_scope,
+               destination_of.get(outcome.send_id)
+               if outcome.throttle_scope == Outcome.DESTINATION else None)
+        if key not in seen:
+            seen.add(key)
+            yield key[0], key[1], outcome

@@ -1,0 +1,236 @@
+"""Pacing: per-destination shares in the claim, adaptive throttling of the shared buckets, the
+warm-up quota and the sending window (growth.sending.pacer, limits.sql, claim_paced)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from growth.managers.limits import ThrottlePolicy
+from growth.models import Campaign, Destination, RateLimit, RateLimitChange, Send, Subscriber
+from growth.sending.pacer import Pacer
+from growth.sending.transports import Outcome
+from tests.factories import CampaignFactory, SegmentFactory
+from tests.scenarios import statuses
+
+POLICY = ThrottlePolicy(decrease=0.5, every=0.0, floor=0.5, recovery=0.1, burst=10)
+
+
+def campaign_to(domains: dict[str, int], **kwargs) -> Campaign:
+    """A started, built campaign with ``n`` recipients at each domain, whose rows' ids follow
+    the order given (the build numbers addresses alphabetically: the local parts see to it)."""
+    from growth.audience.destinations import classify_recipient_domains
+    from growth.operations.campaigns import approve_campaign
+
+    campaign = CampaignFactory(**kwargs)
+    segment = SegmentFactory(account=campaign.account)
+    Subscriber.objects.bulk_create(
+        Subscriber(account=campaign.account, segment=segment, email=f"{order}{n:03}@{domain}",
+                   email_lower=f"{order}{n:03}@{domain}", status="confirmed")
+        for order, (domain, count) in zip("abcdefgh", domains.items(), strict=False)
+        for n in range(count))
+    approve_campaign(campaign_id=campaign.id)
+    Campaign.objects.start_due()
+    classify_recipient_domains(campaign_id=campaign.id)
+    Send.objects.build_recipients(campaign_id=campaign.id)
+    campaign.refresh_from_db()
+    return campaign
+
+
+def destination(name: str) -> Destination:
+    return Destination.objects.get_or_create(name=name)[0]
+
+
+def limit(name: str, **fields) -> RateLimit:
+    return RateLimit.objects.create(destination=destination(name), **fields)
+
+
+def sending(campaign: Campaign):
+    (found,) = [c for c in Campaign.objects.sending() if c.campaign_id == campaign.id]
+    return found
+
+
+def claim(campaign: Campaign, *, batch: int = 10, worker: str = "w"):
+    return Pacer(batch_size=batch, policy=POLICY).claim(sending(campaign), worker_id=worker,
+                                                         lease=60, hand_over=True)
+
+
+def domains_of(rows) -> list[str]:
+    return sorted(row.email.split("@")[1] for row in rows)
+
+
+@pytest.mark.django_db
+def test_the_build_gives_each_recipient_its_provider():
+    campaign = campaign_to({"gmail.com": 2, "hotmail.fr": 1, "example.com": 1})
+    by_address = dict(Send.objects.filter(campaign=campaign).values_list("email_lower",
+                                                                          "destination_id"))
+    assert by_address["a000@gmail.com"] == by_address["a001@gmail.com"] == destination("google").id
+    assert by_address["b000@hotmail.fr"] == destination("microsoft").id
+    assert by_address["c000@example.com"] == destination("example.com").id  # unresolved: its own
+
+
+@pytest.mark.django_db
+def test_a_paced_provider_gets_its_tokens_worth_and_the_others_the_rest():
+    campaign = campaign_to({"gmail.com": 8, "example.com": 8})
+    limit("google", per_second=0.01, burst=3, tokens=3)
+    rows = claim(campaign, batch=10).rows
+    assert domains_of(rows) == ["example.com"] * 7 + ["gmail.com"] * 3
+    assert RateLimit.objects.get(destination__name="google").tokens == pytest.approx(0, abs=0.01)
+    # no tokens left for Google: its rows are passed over, none is leased
+    rows = claim(campaign, batch=10).rows
+    assert domains_of(rows) == ["example.com"]
+    assert statuses(campaign) == {"queued": 5, "sending": 11}
+    assert not Send.objects.filter(status="sending", email_lower__endswith="gmail.com",
+                                   id__gt=max(r.id for r in rows)).exists()
+
+
+@pytest.mark.django_db
+def test_unused_destination_tokens_are_given_back():
+    campaign = campaign_to({"example.com": 4})
+    limit("google", per_second=0.01, burst=5, tokens=5)  # a paced provider this campaign lacks
+    assert len(claim(campaign, batch=10).rows) == 4
+    assert RateLimit.objects.get(destination__name="google").tokens == pytest.approx(5, abs=0.01)
+
+
+@pytest.mark.django_db
+def test_a_provider_with_a_cap_on_messages_on_the_wire_gets_only_the_room_left():
+    campaign = campaign_to({"gmail.com": 6})
+    limit("google", max_in_flight=4)
+    assert len(claim(campaign, worker="a").rows) == 4
+    assert claim(campaign, worker="b").rows == []  # four on the wire already
+    Send.objects.filter(id=Send.objects.filter(status="sending").order_by("id")[0].id).update(
+        status="sent", lease_expires_at=None)
+    assert len(claim(campaign, worker="b").rows) == 1
+
+
+@pytest.mark.django_db
+def test_a_tenants_own_limit_to_a_provider_binds_only_that_tenant():
+    mine = campaign_to({"gmail.com": 5})
+    theirs = campaign_to({"gmail.com": 5})
+    RateLimit.objects.create(destination=destination("google"), account=mine.account,
+                             per_second=0.01, burst=2, tokens=2)
+    assert len(claim(mine).rows) == 2
+    assert len(claim(theirs).rows) == 5
+
+
+@pytest.mark.django_db
+def test_the_paced_window_moves_past_a_wall_of_waiting_rows():
+    """Rows of an exhausted provider at the front of the queue: each claim reads at most
+    SCAN_BATCHES batches of them, and the next one goes on from there, until it reaches the
+    free rows behind them."""
+    campaign = campaign_to({"gmail.com": 30, "example.com": 3})
+    limit("google", per_second=0.01, burst=1, tokens=0)
+    pacer = Pacer(batch_size=2, policy=POLICY)  # reads 8 rows a claim
+    claims = [pacer.claim(sending(campaign), worker_id="w", lease=60, hand_over=True).rows
+              for _ in range(5)]
+    assert [domains_of(rows) for rows in claims[:3]] == [[], [], []]  # 24 Google rows passed
+    assert domains_of(claims[3]) == ["example.com", "example.com"]
+    assert domains_of(claims[4]) == ["example.com"]
+    assert statuses(campaign) == {"queued": 30, "sending": 3}
+
+
+@pytest.mark.django_db
+def test_a_throttle_lowers_the_providers_shared_rate_once_per_round_trip_and_good_answers_raise_it():
+    google = Destination.objects.create(name="google")
+    bucket = RateLimit.objects.create(destination=google, per_second=10, burst=10, tokens=10)
+    throttle = dict(destination_id=google.id, reason="throttled: 421 4.7.28", initial=0,
+                    policy=POLICY)
+    assert RateLimit.objects.throttled(sent_since=5, **throttle) == 5.0
+    # answers to messages sent before that decrease say nothing new
+    assert RateLimit.objects.throttled(sent_since=60, **throttle) is None
+    bucket.refresh_from_db()
+    assert (bucket.throttled_to, bucket.throttled_from, bucket.tokens) == (5.0, 10.0, 0)
+    RateLimit.objects.filter(id=bucket.id).update(
+        throttled_at=timezone.now() - dt.timedelta(seconds=10))
+    assert RateLimit.objects.throttled(sent_since=5, **throttle) == 2.5
+    for expected in (3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, None):  # + 0.1 x 10/s each period
+        RateLimit.objects.filter(id=bucket.id).update(
+            adjusted_at=timezone.now() - dt.timedelta(seconds=1))
+        assert RateLimit.objects.recover(destination_ids=[google.id], transport="x",
+                                         policy=POLICY) == [bucket.id]
+        bucket.refresh_from_db()
+        assert bucket.throttled_to == (pytest.approx(expected) if expected else None)
+    changes = list(RateLimitChange.objects.filter(rate_limit=bucket).order_by("id")
+                   .values_list("per_second", "reason"))
+    assert changes[:2] == [(5.0, "throttled: 421 4.7.28"), (2.5, "throttled: 421 4.7.28")]
+    assert changes[-1] == (10.0, "recovered: back to the configured rate")
+
+
+@pytest.mark.django_db
+def test_a_throttle_from_an_unpaced_provider_creates_its_bucket_at_the_rate_seen():
+    google = Destination.objects.create(name="google")
+    rate = RateLimit.objects.throttled(destination_id=google.id, reason="throttled", initial=40,
+                                       sent_since=1, policy=POLICY)
+    assert rate == 20.0
+    bucket = RateLimit.objects.get(destination=google)
+    assert bucket.per_second is None and bucket.throttled_from == 40
+    assert RateLimit.objects.throttled(destination_id=google.id, reason="throttled", initial=0,
+                                       sent_since=1, policy=POLICY) is None  # same round trip
+
+
+@pytest.mark.django_db
+def test_an_accounts_limit_with_the_esp_slows_the_transport_not_a_provider():
+    rate = RateLimit.objects.throttled(transport="esp", reason="throttled: 429", initial=100,
+                                       sent_since=1, policy=POLICY)
+    assert rate == 50.0
+    bucket = RateLimit.objects.get(transport="esp")
+    assert bucket.destination_id is None and bucket.account_id is None
+    assert RateLimit.objects.transport_bucket("esp") == bucket.id
+
+
+@pytest.mark.django_db
+def test_the_pacer_attributes_a_throttle_to_the_rows_provider(settings):
+    campaign = campaign_to({"gmail.com": 2, "example.com": 2})
+    rows = claim(campaign).rows
+    gmail = [r for r in rows if r.email.endswith("gmail.com")]
+    outcomes = [Outcome(r.id, Outcome.THROTTLED, error="421 4.7.28 rate",
+                        throttle_scope=Outcome.DESTINATION) for r in gmail]
+    outcomes += [Outcome(r.id, Outcome.SENT) for r in rows if r not in gmail]
+    Pacer(batch_size=10, policy=POLICY).observe(rows, outcomes, sent_since=1)
+    (bucket,) = RateLimit.objects.all()
+    assert bucket.destination == destination("google") and bucket.throttled_to == POLICY.floor
+    assert RateLimitChange.objects.get().reason == "throttled: 421 4.7.28 rate"
+
+
+@pytest.mark.django_db
+def test_a_warmup_quota_caps_the_tenants_day_and_refills_at_its_midnight():
+    campaign = campaign_to({"example.com": 12})
+    account = campaign.account
+    account.warmup_started_on = timezone.now().date()
+    account.warmup_daily_start, account.warmup_until = 5, 1000
+    account.save()
+    assert len(claim(campaign).rows) == 5  # day 0 of the schedule: 5 messages
+    first = claim(campaign)
+    assert first.rows == [] and 0 < first.wait <= 86400  # until midnight in its zone
+    quota = RateLimit.objects.get(account=account, per_day__isnull=False)
+    assert quota.per_day == 5
+    RateLimit.objects.filter(id=quota.id).update(
+        refilled_at=timezone.now() - dt.timedelta(days=1))  # the tenant's day has turned
+    assert len(claim(campaign).rows) == 5
+
+
+@pytest.mark.django_db
+def test_a_warmup_that_has_grown_past_its_end_caps_nothing():
+    campaign = campaign_to({"example.com": 12})
+    account = campaign.account
+    account.warmup_started_on = timezone.now().date() - dt.timedelta(days=30)
+    account.warmup_daily_start, account.warmup_daily_growth, account.warmup_until = 5, 2.0, 1000
+    account.save()
+    assert len(claim(campaign, batch=20).rows) == 12
+    assert not RateLimit.objects.filter(account=account).exists()
+
+
+@pytest.mark.django_db
+def test_a_campaign_outside_its_sending_window_is_not_claimed_until_it_opens():
+    campaign = campaign_to({"example.com": 3})
+    now = timezone.now().astimezone(dt.UTC)
+    opens = (now + dt.timedelta(hours=2)).time().replace(microsecond=0)
+    closes = (now + dt.timedelta(hours=4)).time().replace(microsecond=0)
+    Campaign.objects.filter(id=campaign.id).update(window_starts=opens, window_ends=closes)
+    closed = claim(campaign)
+    assert closed.rows == [] and 2 * 3600 - 60 <= closed.wait <= 2 * 3600
+    Campaign.objects.filter(id=campaign.id).update(
+        window_starts=(now - dt.timedelta(hours=1)).time(), window_ends=opens)
+    assert len(claim(campaign).rows) == 3
