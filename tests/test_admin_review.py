@@ -12,6 +12,7 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import localize
 from django.utils.html import escape
 
 from growth.admin.review_queue import campaign_review_counts, queue_url
@@ -189,15 +190,19 @@ def test_a_row_waiting_to_retry_shows_its_next_attempt(client, staff, tenant):
     campaign = sending_campaign(count=2, account=tenant)
     waiting, _fresh = Send.objects.filter(campaign=campaign).order_by("id")
     when = timezone.now() + timezone.timedelta(minutes=4, seconds=30)
+    first = timezone.now() - timezone.timedelta(hours=1)
     Send.objects.filter(id=waiting.id).update(next_attempt_at=when, attempts=2,
+                                              first_attempt_at=first,
                                               last_error="421 4.7.0 Try again later")
+    horizon = localize(timezone.localtime(first + timezone.timedelta(
+        seconds=settings.SENDER_RETRY_FOR)))
     body = client.get(CHANGELIST, {"campaign__id__exact": campaign.id}).content.decode()
     assert "Next attempt" in body
     assert f'<time datetime="{when.isoformat()}">' in body
-    assert f"(in 4\xa0minutes; attempt 3 of {settings.SENDER_MAX_ATTEMPTS})" in body
+    assert f"(in 4\xa0minutes; attempt 3, retried until {horizon})" in body
     assert "<code>421 4.7.0</code> Try again later" in body
     assert body.count("<time datetime=") == 1  # the fresh row has no next attempt
-    assert f"attempt 3 of {settings.SENDER_MAX_ATTEMPTS}" in change_page(client, waiting.id)
+    assert f"attempt 3, retried until {horizon}" in change_page(client, waiting.id)
 
 
 # --- one send's page ----------------------------------------------------------------------

@@ -107,7 +107,7 @@ class ReviewMixin:
         guidance = {"review_guidance": in_queue,
                     "guidance_status": status if status in REVIEW_STATUSES else "",
                     "reconcile_campaign": campaign if campaign.isdigit() else "",
-                    "max_attempts": settings.SENDER_MAX_ATTEMPTS}
+                    "retry_hours": round(settings.SENDER_RETRY_FOR / 3600)}
         return super().changelist_view(request, {**guidance, **(extra_context or {})})
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
@@ -119,7 +119,7 @@ class ReviewMixin:
                 "decisions": self.decisions_for(request, obj),
                 "campaign_url": reverse("admin:growth_campaign_change", args=[obj.campaign_id]),
                 "reconcile_campaign": obj.campaign_id,
-                "max_attempts": settings.SENDER_MAX_ATTEMPTS,
+                "retry_hours": round(settings.SENDER_RETRY_FOR / 3600),
             })
         return super().render_change_form(request, context, add, change, form_url, obj)
 

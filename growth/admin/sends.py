@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import ValidationError
@@ -108,9 +110,13 @@ class SendAdmin(ReviewMixin, AddressHistoryMixin, ReadOnlyAdmin, TenantScopedAdm
             return "—"
         when = obj.next_attempt_at
         due = "due now" if when <= timezone.now() else f"in {timeuntil(when)}"
-        return format_html('<time datetime="{}">{}</time> ({}; attempt {} of {})', when.isoformat(),
-                           localize(timezone.localtime(when)), due, obj.attempts + 1,
-                           settings.SENDER_MAX_ATTEMPTS)
+        if obj.first_attempt_at is None:
+            return format_html('<time datetime="{}">{}</time> ({}; attempt {})', when.isoformat(),
+                               localize(timezone.localtime(when)), due, obj.attempts + 1)
+        horizon = obj.first_attempt_at + timedelta(seconds=settings.SENDER_RETRY_FOR)
+        return format_html('<time datetime="{}">{}</time> ({}; attempt {}, retried until {})',
+                           when.isoformat(), localize(timezone.localtime(when)), due,
+                           obj.attempts + 1, localize(timezone.localtime(horizon)))
 
     @admin.display(description="verdicts")
     def verdict_history(self, obj):
