@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from growth.models import Campaign, Send, Suppression
+from growth.models import Campaign, RateLimit, RateLimitChange, Send, Suppression
 from growth.sending.transports.django_mail import DjangoMailTransport
 from growth.sending.worker import Worker
 from tests.factories import SubscriberFactory
@@ -42,13 +42,32 @@ def test_once_runs_a_single_cycle(smtp_settings):
 
 def test_a_4xx_is_retried_later_with_the_same_message_id(smtp_settings):
     campaign = approved_campaign(count=3)
-    smtp_settings.handler.replies = {"person1@example.com": ["451 4.3.0 local error in processing", "450 4.2.0 mailbox unavailable"]}
+    smtp_settings.handler.replies = {"person1@example.com": ["451 4.3.0 local error in processing",
+                                                             "450 4.2.0 mailbox unavailable"]}
     run_worker()
     assert statuses(campaign) == {"sent": 3}
     row = Send.objects.get(email_lower="person1@example.com")
     assert row.attempts == 3
     tries = [mid for mid in smtp_settings.handler.attempts if f".{row.subscriber_id}@" in mid]
     assert len(tries) == 3 and len(set(tries)) == 1
+
+
+def test_a_throttle_is_retried_without_an_attempt_and_slows_that_provider_only(smtp_settings,
+                                                                              settings):
+    settings.SENDER_THROTTLE_EVERY, settings.SENDER_THROTTLE_FLOOR = 0.05, 20.0
+    campaign = approved_campaign(count=3)
+    slow_down = "421 4.7.28 Our system has detected an unusual rate of unsolicited mail"
+    smtp_settings.handler.replies = {"person1@example.com": [slow_down, slow_down]}
+    run_worker()
+    assert statuses(campaign) == {"sent": 3}
+    row = Send.objects.get(email_lower="person1@example.com")
+    assert row.attempts == 1  # two deferrals, one attempt
+    tries = [mid for mid in smtp_settings.handler.attempts if f".{row.subscriber_id}@" in mid]
+    assert len(tries) == 3 and len(set(tries)) == 1  # the same Message-ID each time
+    (bucket,) = RateLimit.objects.all()  # the provider's own bucket, made by the throttle
+    assert bucket.destination.name == "example.com" and bucket.per_second is None
+    assert RateLimitChange.objects.filter(rate_limit=bucket, reason=f"throttled: {slow_down}",
+                                          per_second__gte=20.0).exists()
 
 
 def test_a_5xx_fails_the_row_with_the_error_and_the_campaign_still_finishes(smtp_settings):

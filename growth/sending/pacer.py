@@ -28,6 +28,7 @@ from growth.managers.campaigns import Sending
 from growth.managers.limits import DestinationGrant, ThrottlePolicy
 from growth.managers.sends import Claimed
 from growth.models import RateLimit, Send
+from growth.observability import metrics
 from growth.sending.transports import Outcome
 
 logger = logging.getLogger(__name__)
@@ -133,6 +134,8 @@ class Pacer:
         """Adapt the rates to a batch's answers. ``sent_since``: seconds since its claim."""
         destination_of = {row.id: row.destination_id for row in rows}
         throttles = [o for o in outcomes if o.kind == Outcome.THROTTLED]
+        for outcome in throttles:
+            metrics.THROTTLED.labels(outcome.throttle_scope).inc()
         for scope, destination_id, outcome in _one_per_bucket(throttles, destination_of):
             self._slow_down(scope, destination_id, outcome, sent_since=sent_since)
         delivered = {destination_of.get(o.send_id) for o in outcomes if o.kind == Outcome.SENT}
@@ -159,6 +162,7 @@ class Pacer:
             self._transport_looked_at = -LOOK_AGAIN
         if rate is not None:
             self._throttling = True
+            metrics.RATE_DECREASES.labels(scope).inc()
             logger.warning("receiver throttling (%s): %s rate lowered to %.2f/s", outcome.error,
                            f"destination {destination_id}" if scope == Outcome.DESTINATION
                            else "transport", rate)
