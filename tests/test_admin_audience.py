@@ -217,6 +217,8 @@ def test_a_superuser_manages_members_on_the_account_page(tenant):
     assert "memberships-TOTAL_FORMS" in admin.get(url).content.decode()
     response = admin.post(url, {
         "name": tenant.name, "slug": tenant.slug, "from_email": tenant.from_email, "from_name": "",
+        "time_zone": "UTC", "warmup_started_on": "", "warmup_daily_start": "500",
+        "warmup_daily_growth": "1.5", "warmup_until": "100000",
         "memberships-TOTAL_FORMS": "1", "memberships-INITIAL_FORMS": "0",
         "memberships-0-user": user.id, "memberships-0-role": "editor",
     })

@@ -5,7 +5,9 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.template.response import TemplateResponse
 from django.urls import path
+from django.utils import timezone
 
+from growth.admin.pacing import warmup_schedule_html
 from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin, scoped_choices
 from growth.admin.widgets import TolerantAutocomplete
 from growth.audience.address_files import UnreadableFile, read_csv
@@ -13,6 +15,8 @@ from growth.audience.addresses import parse_address
 from growth.audience.imports import IMPORTABLE_STATUSES, import_subscribers
 from growth.models import Account, Membership, Segment, Subscriber, Suppression
 from growth.reputation.admin import SenderPanelMixin
+
+WARMUP_FIELDS = ["warmup_started_on", "warmup_daily_start", "warmup_daily_growth", "warmup_until"]
 
 
 class SuperuserOnly:
@@ -44,12 +48,29 @@ class AccountAdmin(SenderPanelMixin, TenantScopedAdmin):
     search_fields = ["name", "slug", "from_email"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
+    fieldsets = [
+        (None, {"fields": ["name", "slug", "from_email", "from_name"]}),
+        ("Pacing", {"fields": ["time_zone", *WARMUP_FIELDS, "warmup_schedule"],
+                    "description": "The clock its campaigns' sending windows and the warm-up's days "
+                                   "are read in, and the warm-up: a new sender's daily cap, growing "
+                                   "each day until it no longer caps anything."}),
+    ]
+
+    def get_readonly_fields(self, request, obj=None):
+        if request.user.is_superuser:
+            return ["warmup_schedule"]
+        # like its rate limits, a tenant's warm-up guards the platform's sending reputation
+        return [*WARMUP_FIELDS, "warmup_schedule"]
 
     def has_add_permission(self, request):
         return request.user.is_superuser  # a new tenant is not a member's decision
 
     def has_delete_permission(self, request, obj=None):
         return request.user.is_superuser
+
+    @admin.display(description="warm-up schedule")
+    def warmup_schedule(self, obj):
+        return warmup_schedule_html(obj, now=timezone.now())
 
 
 @admin.register(Membership)

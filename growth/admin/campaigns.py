@@ -23,7 +23,8 @@ from growth.operations.follow_ups import resend_refusal
 from growth.operations.previews import SendTestFailed, preview_campaign, send_test_message
 from growth.reputation.guard import REASON_PREFIX, reputation_warnings
 
-CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segments"]
+CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segments", "window_starts",
+                  "window_ends"]
 ENGINE_FIELDS = ["status", "pause_reason", "progress_detail", "recipients_built_at", "started_at",
                  "finished_at", "created_at", "updated_at"]
 SEND_STATUSES = [status.value for status in Send.Status]
@@ -53,11 +54,25 @@ class CampaignForm(forms.ModelForm):
             raise ValidationError(
                 "This campaign changed since you opened it (it is now %(status)s): nothing was "
                 "saved. Reload the page to see it as it is.", params={"status": self.instance.status})
+        self._clean_window(cleaned)
         account = cleaned.get("account") or (self.instance.account if self.instance.account_id else None)
         segments = cleaned.get("segments")
         if account and segments and any(s.account_id != account.id for s in segments):
             self.add_error("segments", "Choose segments of the campaign's account only.")
         return cleaned
+
+    def _clean_window(self, cleaned) -> None:
+        if "window_starts" not in self.fields:  # read-only: not a draft any more
+            return
+        if self.has_error("window_starts") or self.has_error("window_ends"):
+            return
+        starts, ends = cleaned.get("window_starts"), cleaned.get("window_ends")
+        if (starts is None) != (ends is None):
+            self.add_error("window_ends" if ends is None else "window_starts",
+                           "Give both ends of the sending window, or neither (any time).")
+        elif starts is not None and starts == ends:
+            self.add_error("window_ends", "A window that ends when it starts is empty: leave both "
+                                          "empty to send at any time.")
 
 
 @admin.register(Campaign)
@@ -84,6 +99,10 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
                                "scheduled_for", "version"]}),
             ("Content", {"fields": ["subject", "body_text", "body_html", "segments"],
                          "description": "Editable while the campaign is a draft."}),
+            ("Sending window", {"fields": ["window_starts", "window_ends"], "description": (
+                "The hours of the tenant's day (in its account's time zone) the campaign may send "
+                "in; both empty: any time. A window may span midnight (22:00–06:00). Editable "
+                "while the campaign is a draft.")}),
         ]
         if obj is not None:
             fieldsets.append(("Progress", {"fields": ["progress_detail", "recipients_built_at",
@@ -152,7 +171,8 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
         if obj.status == Campaign.Status.DRAFT:
             version = Campaign.objects.update_draft(
                 campaign_id=obj.id, version=obj.updated_at, name=obj.name, subject=obj.subject,
-                body_text=obj.body_text, body_html=obj.body_html, scheduled_for=obj.scheduled_for)
+                body_text=obj.body_text, body_html=obj.body_html, scheduled_for=obj.scheduled_for,
+                window_starts=obj.window_starts, window_ends=obj.window_ends)
         else:
             version = Campaign.objects.rename(campaign_id=obj.id, version=obj.updated_at,
                                               name=obj.name)

@@ -102,7 +102,7 @@
         document.querySelectorAll(".growth-progress").forEach(function (p) { updateProgress(p, c); });
         setText(document.querySelector(".field-status .readonly"), c.status_display);
         setText(panel.querySelector("[data-monitor=status_display]"), c.status_display);
-        ["rate", "started", "duration", "eta"].forEach(function (name) {
+        ["rate", "started", "duration", "eta", "window"].forEach(function (name) {
           setText(panel.querySelector("[data-monitor=" + name + "]"), c.display[name]);
         });
         if (chart && c.chart !== drawn) {
