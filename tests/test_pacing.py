@@ -234,3 +234,22 @@ def test_a_campaign_outside_its_sending_window_is_not_claimed_until_it_opens():
     Campaign.objects.filter(id=campaign.id).update(
         window_starts=(now - dt.timedelta(hours=1)).time(), window_ends=opens)
     assert len(claim(campaign).rows) == 3
+
+
+@pytest.mark.django_db
+def test_a_time_zone_that_is_none_does_not_stop_the_worker():
+    """The account's form refuses it; a row written otherwise is read as UTC."""
+    from growth.models import Account
+    from growth.sending.transports.null import NullTransport
+    from growth.sending.worker import Worker
+
+    campaign = campaign_to({"example.com": 3})
+    Account.objects.filter(id=campaign.account_id).update(
+        time_zone="Mars/Olympus'; DROP TABLE x;--", warmup_started_on=timezone.now().date(),
+        warmup_daily_start=2, warmup_until=1000)
+    Campaign.objects.filter(id=campaign.id).update(window_starts=dt.time(0, 0),
+                                                   window_ends=dt.time(23, 59, 59))
+    Worker(worker_id="w", transport=NullTransport(), batch_size=10).cycle()
+    assert statuses(campaign) == {"sent": 2, "queued": 1}  # the warm-up's 2 a day, by UTC
+    campaign.refresh_from_db()
+    assert campaign.status == "sending" and not campaign.pause_reason

@@ -37,6 +37,10 @@ class Sending(FromRow):
         return pacing.window_opens_in(starts=self.window_starts, ends=self.window_ends,
                                       time_zone=self.time_zone, now=self.now)
 
+    def zone_name(self) -> str:
+        """Its tenant's time zone as the database may be given it (UTC if it is no zone)."""
+        return pacing.zone(self.time_zone).key
+
     def warmup_cap(self) -> int | None:
         """Today's warm-up quota of its tenant (None: none)."""
         return pacing.warmup_cap(
@@ -92,12 +96,15 @@ class CampaignManager(models.Manager):
             return QUERIES.column("finish", campaign_ids=locked)
 
     def update_draft(self, *, campaign_id: int, version: datetime, name: str, subject: str,
-                     body_text: str, body_html: str, scheduled_for: datetime | None) -> datetime | None:
-        """Save a draft's content if it is still the draft ``version``; return the new version,
-        or None when it was approved or edited meanwhile."""
+                     body_text: str, body_html: str, scheduled_for: datetime | None,
+                     window_starts: time | None = None,
+                     window_ends: time | None = None) -> datetime | None:
+        """Save a draft's content (and its sending window) if it is still the draft ``version``;
+        return the new version, or None when it was approved or edited meanwhile."""
         saved = QUERIES.one("update_draft", campaign_id=campaign_id, version=version, name=name,
                             subject=subject, body_text=body_text, body_html=body_html,
-                            scheduled_for=scheduled_for)
+                            scheduled_for=scheduled_for, window_starts=window_starts,
+                            window_ends=window_ends)
         return saved["updated_at"] if saved else None
 
     def rename(self, *, campaign_id: int, version: datetime, name: str) -> datetime | None:

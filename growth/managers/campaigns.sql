@@ -126,7 +126,9 @@ SELECT c.id AS campaign_id, c.account_id,
 -- the clock's, not the transaction's start: two edits in one transaction still differ.
 UPDATE growth_campaigns
    SET name = %(name)s, subject = %(subject)s, body_text = %(body_text)s,
-       body_html = %(body_html)s, scheduled_for = %(scheduled_for)s, updated_at = clock_timestamp()
+       body_html = %(body_html)s, scheduled_for = %(scheduled_for)s,
+       window_starts = %(window_starts)s, window_ends = %(window_ends)s,
+       updated_at = clock_timestamp()
  WHERE id = %(campaign_id)s
    AND status = 'draft'
    AND updated_at = %(version)s

@@ -49,11 +49,12 @@ class ThrottlePolicy:
 class RateLimitManager(models.Manager):
     """Token buckets shared by all workers (see limits.sql)."""
 
-    def take(self, bucket_ids: list[int], *, want: int) -> Grant:
-        """Take up to ``want`` tokens from every bucket at once (no buckets: no limit)."""
+    def take(self, bucket_ids: list[int], *, want: int, time_zone: str = "UTC") -> Grant:
+        """Take up to ``want`` tokens from every bucket at once (no buckets: no limit). A day's
+        quota turns at midnight in ``time_zone`` (its tenant's)."""
         if not bucket_ids:
             return Grant(want, 0.0)
-        taken = QUERIES.one("take", ids=bucket_ids, want=want)
+        taken = QUERIES.one("take", ids=bucket_ids, want=want, time_zone=time_zone)
         if taken is None:  # the buckets were deleted meanwhile
             return Grant(want, 0.0)
         return Grant(taken["granted"], taken["wait"] if not taken["granted"] else 0.0)
@@ -65,9 +66,11 @@ class RateLimitManager(models.Manager):
     def take_destinations(self, *, account_id: int, want: int) -> dict[int, DestinationGrant]:
         """For each paced destination of this tenant's mail: how many rows of it may go now
         (at most ``want``), those tokens taken. Destinations absent are not paced."""
+        rows = QUERIES.rows("take_destinations", account_id=account_id, want=want,
+                            time_zone="UTC")  # no day quota among them
         return {row["destination_id"]: DestinationGrant(row["granted"], row["bucket_ids"],
                                                         row["throttled"], row["wait"])
-                for row in QUERIES.rows("take_destinations", account_id=account_id, want=want)}
+                for row in rows}
 
     def throttled(self, *, reason: str, initial: float, sent_since: float,
                   policy: ThrottlePolicy, destination_id: int | None = None,

@@ -1,19 +1,20 @@
 -- Rate limits: token buckets in the database, so every worker on every host draws from the same
 -- ones and a restart forgets nothing. Refills are computed from the database's clock.
--- A bucket's effective rate is throttled_to while a receiver's deferrals hold it down, else the
--- configured per_second; no rate at all (a destination limited only in messages on the wire)
+-- A bucket's effective rate is the lower of throttled_to (while a receiver's deferrals hold it
+-- down) and the configured per_second; no rate at all (a destination limited only in messages on the wire)
 -- grants without counting tokens. A bucket with per_day is a calendar-day quota in its tenant's
 -- time zone (the warm-up schedule): full again at local midnight, no refill in between.
 
 -- _effective_rate --
-coalesce(r.throttled_to, r.per_second)
+least(r.throttled_to, r.per_second)
 
 -- _available --
--- tokens in bucket r now (Infinity: nothing to count)
+-- tokens in bucket r now (Infinity: nothing to count); a day's quota in the tenant's time zone,
+-- checked by the caller (growth.sending.pacing.zone: a name PostgreSQL refuses would fail it)
 CASE
     WHEN r.per_day IS NOT NULL THEN
-        CASE WHEN (r.refilled_at AT TIME ZONE coalesce(a.time_zone, 'UTC'))::date
-                  < (now() AT TIME ZONE coalesce(a.time_zone, 'UTC'))::date
+        CASE WHEN (r.refilled_at AT TIME ZONE %(time_zone)s)::date
+                  < (now() AT TIME ZONE %(time_zone)s)::date
              THEN r.per_day::float8 ELSE r.tokens END
     WHEN {{ _effective_rate }} IS NULL THEN 'Infinity'::float8
     ELSE least(r.burst, r.tokens + {{ _effective_rate }}
@@ -31,11 +32,10 @@ WITH locked AS (
            {{ _available }} AS available,
            CASE WHEN r.per_day IS NOT NULL THEN 1 ELSE least(%(want)s, floor(r.burst)) END
                AS smallest_grant,
-           extract(epoch FROM date_trunc('day', now() AT TIME ZONE coalesce(a.time_zone, 'UTC'))
+           extract(epoch FROM date_trunc('day', now() AT TIME ZONE %(time_zone)s)
                               + interval '1 day'
-                              - (now() AT TIME ZONE coalesce(a.time_zone, 'UTC'))) AS to_midnight
+                              - (now() AT TIME ZONE %(time_zone)s)) AS to_midnight
       FROM growth_rate_limits r
-      LEFT JOIN growth_accounts a ON a.id = r.account_id
      WHERE r.id = ANY(%(ids)s)
      ORDER BY r.id
        FOR UPDATE OF r
@@ -72,7 +72,6 @@ WITH locked AS (
     SELECT r.id, r.destination_id, r.max_in_flight, {{ _effective_rate }} AS rate,
            r.throttled_to IS NOT NULL AS throttled, {{ _available }} AS available
       FROM growth_rate_limits r
-      LEFT JOIN growth_accounts a ON a.id = r.account_id
      WHERE r.destination_id IS NOT NULL
        AND (r.account_id IS NULL OR r.account_id = %(account_id)s)
      ORDER BY r.id
@@ -118,11 +117,9 @@ DO UPDATE SET
     throttled_from = CASE WHEN growth_rate_limits.throttled_to IS NULL
                           THEN coalesce(growth_rate_limits.per_second, %(initial)s)
                           ELSE coalesce(growth_rate_limits.throttled_from, %(initial)s) END,
-    throttled_to = greatest(%(floor)s, least(coalesce(growth_rate_limits.throttled_to,
-                                                      growth_rate_limits.per_second,
-                                                      %(initial)s),
-                                             coalesce(growth_rate_limits.per_second,
-                                                      'Infinity'::float8)) * %(decrease)s),
+    throttled_to = greatest(%(floor)s, coalesce(least(growth_rate_limits.throttled_to,
+                                                      growth_rate_limits.per_second),
+                                                %(initial)s) * %(decrease)s),
     throttled_at = now(), adjusted_at = now(), tokens = 0, refilled_at = now()
  WHERE growth_rate_limits.throttled_at IS NULL
     OR (growth_rate_limits.throttled_at < now() - make_interval(secs => %(every)s)

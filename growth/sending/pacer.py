@@ -67,7 +67,8 @@ class Pacer:
             return Claim(wait=opens_in)
         extra = [self._warmup_bucket(campaign), self._transport_bucket()]
         buckets = sorted({*campaign.bucket_ids, *filter(None, extra)})
-        grant = RateLimit.objects.take(buckets, want=self.batch_size)
+        grant = RateLimit.objects.take(buckets, want=self.batch_size,
+                                       time_zone=campaign.zone_name())
         if not grant.count:
             return Claim(wait=grant.wait)
         paced = RateLimit.objects.take_destinations(account_id=campaign.account_id,

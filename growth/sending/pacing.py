@@ -8,7 +8,22 @@ budget of nothing outside its hours, the warm-up a calendar-day quota whose size
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import logging
 import zoneinfo
+
+logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=256)
+def zone(name: str) -> zoneinfo.ZoneInfo:
+    """The tenant's time zone; UTC (and a warning) for a name that is none, which the account's
+    form refuses but a row written otherwise may hold: a tenant's typo must not stop a worker."""
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+        logger.warning("unknown time zone %r: UTC used instead", name)
+        return zoneinfo.ZoneInfo("UTC")
 
 
 def window_opens_in(*, starts: dt.time | None, ends: dt.time | None, time_zone: str,
@@ -17,7 +32,7 @@ def window_opens_in(*, starts: dt.time | None, ends: dt.time | None, time_zone: 
     none. A window whose end is before its start spans midnight (22:00-06:00)."""
     if starts is None or ends is None or starts == ends:
         return 0.0
-    local = now.astimezone(zoneinfo.ZoneInfo(time_zone))
+    local = now.astimezone(zone(time_zone))
     clock = local.time().replace(tzinfo=None)
     spans_midnight = ends < starts
     if (clock >= starts or clock < ends) if spans_midnight else (starts <= clock < ends):
@@ -38,7 +53,7 @@ def window_closes_in(*, starts: dt.time | None, ends: dt.time | None, time_zone:
         return None
     if window_opens_in(starts=starts, ends=ends, time_zone=time_zone, now=now):
         return None
-    local = now.astimezone(zoneinfo.ZoneInfo(time_zone))
+    local = now.astimezone(zone(time_zone))
     closing = dt.datetime.combine(local.date(), ends, tzinfo=local.tzinfo)
     if closing <= local:
         closing += dt.timedelta(days=1)
@@ -57,4 +72,4 @@ def warmup_cap(*, started_on: dt.date | None, daily_start: int, daily_growth: fl
 
 
 def local_today(*, time_zone: str, now: dt.datetime) -> dt.date:
-    return now.astimezone(zoneinfo.ZoneInfo(time_zone)).date()
+    return now.astimezone(zone(time_zone)).date()

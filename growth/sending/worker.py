@@ -263,9 +263,16 @@ class Worker:
         sending = Campaign.objects.sending()
         self._console.sending([campaign.campaign_id for campaign in sending])
         for campaign in self._in_turn(sending):
-            with metrics.STATEMENT_SECONDS.labels("claim").time():
-                claim = self._pacer.claim(campaign, worker_id=self.worker_id, lease=self.lease,
-                                          hand_over=self.idempotent)
+            try:
+                with metrics.STATEMENT_SECONDS.labels("claim").time():
+                    claim = self._pacer.claim(campaign, worker_id=self.worker_id,
+                                              lease=self.lease, hand_over=self.idempotent)
+            except (OperationalError, InterfaceError):
+                raise  # the database, not the campaign: _retrying_db waits for it
+            except Exception as exc:  # its tenant's pacing cannot be read: it alone stops
+                self._contain(Batch(campaign.campaign_id, [], full=False,
+                                    tally=Tally(campaign.campaign_id, 0, 0)), exc)
+                continue
             if not claim.rows:
                 if claim.wait > 0:
                     metrics.RATE_LIMIT_WAITS.inc()
