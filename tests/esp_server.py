@@ -32,7 +32,8 @@ class FakeESP:
                 esp.requests.append(Request(self.path, dict(self.headers), body))
                 status = esp.statuses.pop(0) if esp.statuses else None
                 if status and status >= 400:
-                    return self._answer(status, {"message": "scripted failure"})
+                    return self._answer(status, {"message": "scripted failure"},
+                                        {"Retry-After": "7"} if status == 429 else {})
                 key = self.headers.get("Idempotency-Key") or body.get("headers", {}).get(
                     "idempotencyKey")
                 message_id = esp.ids_by_key.setdefault(key or str(uuid.uuid4()), str(uuid.uuid4()))
@@ -40,9 +41,11 @@ class FakeESP:
                     return self._answer(201, {"messageId": f"<{message_id}@smtp-relay.test>"})
                 return self._answer(200, {"id": message_id})
 
-            def _answer(self, status, payload):
+            def _answer(self, status, payload, headers=None):
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

@@ -35,11 +35,18 @@ class RecordingHandler:
     replies: dict[str, list[str]] = field(default_factory=dict)
     delay: float = 0.0  # seconds to think before answering DATA
     lock: threading.Lock = field(default_factory=threading.Lock)
+    thinking: int = 0  # messages whose DATA is being answered now (over all connections)
+    most_at_once: int = 0  # the most there ever were
 
     async def handle_DATA(self, server, session, envelope):
         message = message_from_bytes(envelope.original_content)
         if self.delay:
+            with self.lock:
+                self.thinking += 1
+                self.most_at_once = max(self.most_at_once, self.thinking)
             await asyncio.sleep(self.delay)
+            with self.lock:
+                self.thinking -= 1
         with self.lock:
             self.attempts.append(message["Message-ID"])
             for rcpt in envelope.rcpt_tos:

@@ -92,13 +92,14 @@ def test_a_transport_that_raises_pauses_the_campaign_and_leaves_the_wire_chunk_i
     settings.SENDER_HANDOFF_CHUNK = 5
     campaign = approved_campaign(count=12)
 
-    Worker(batch_size=12, tick=0.05, until_idle=True, transport=ExplodingTransport()).run()
+    Worker(batch_size=12, tick=0.05, until_idle=True, transport=ExplodingTransport(),
+           connections=2).run()
 
     campaign.refresh_from_db()
     assert campaign.status == "paused" and "provider's client library broke" in campaign.pause_reason
-    # the chunk handed over may have gone out: it stays to lease expiry (then 'unknown');
-    # the rest never left and is queued again, its attempt not counted
-    assert statuses(campaign) == {"sending": 5, "queued": 7}
+    # the chunks handed over to the two wires may have gone out: they stay to lease expiry
+    # (then 'unknown'); the rest never left and is queued again, its attempt not counted
+    assert statuses(campaign) == {"sending": 10, "queued": 2}
     assert set(Send.objects.filter(status="queued").values_list("attempts", flat=True)) == {0}
 
 

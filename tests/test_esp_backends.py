@@ -59,11 +59,18 @@ def test_a_retry_through_resend_is_absorbed_and_returns_the_same_message(esp):
     assert {r.headers["Idempotency-Key"] for r in esp.requests} == {"campaign:7:42"}
 
 
-@pytest.mark.parametrize(("status", "kind"), [(500, "transient"), (429, "transient"),
+@pytest.mark.parametrize(("status", "kind"), [(500, "transient"), (429, "throttled"),
                                               (422, "permanent")])
 def test_provider_errors_map_onto_retry_or_failure(esp, status, kind):
     esp.statuses = [status]
     assert send(RESEND, delivery())[0].kind == kind
+
+
+def test_an_esps_429_slows_the_whole_transport_after_its_retry_after(esp):
+    esp.statuses = [429]
+    (outcome,) = send(RESEND, delivery())
+    assert (outcome.kind, outcome.throttle_scope, outcome.retry_after) == (
+        "throttled", "transport", 7.0)
 
 
 def test_brevo_gets_a_stable_uuid_derived_from_the_job_id(esp):

@@ -70,6 +70,18 @@ def test_a_throttle_is_retried_without_an_attempt_and_slows_that_provider_only(s
                                           per_second__gte=20.0).exists()
 
 
+@pytest.mark.parametrize("connections", [1, 4])
+def test_a_worker_keeps_one_chunk_on_each_of_its_connections(smtp_settings, settings, connections):
+    settings.SENDER_HANDOFF_CHUNK = 2
+    smtp_settings.handler.delay = 0.05  # a relay that takes its time to answer
+    campaign = approved_campaign(count=24)
+    run_worker(batch_size=12, connections=connections)
+    assert statuses(campaign) == {"sent": 24}
+    assert set(smtp_settings.handler.keys().values()) == {1}
+    # the relay answered as many messages at once as the worker had connections, never more
+    assert smtp_settings.handler.most_at_once == connections
+
+
 def test_a_5xx_fails_the_row_with_the_error_and_the_campaign_still_finishes(smtp_settings):
     campaign = approved_campaign(count=3)
     smtp_settings.handler.replies = {"person2@example.com": ["550 5.1.1 mailbox unknown"]}
@@ -135,7 +147,8 @@ def test_a_lost_database_connection_is_survived_without_losing_a_settle(smtp_set
                 killer.join()
             return outcomes
 
-    run_worker(transport=KillMyConnection())
+    # one connection: the transport runs on the worker's thread, whose database connection dies
+    run_worker(transport=KillMyConnection(), connections=1)
     assert statuses(campaign) == {"sent": 21}
     assert set(smtp_settings.handler.keys().values()) == {1}
 

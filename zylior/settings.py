@@ -156,6 +156,9 @@ DESTINATIONS_DNS = env.str("DESTINATIONS_DNS", default="system")
 DESTINATIONS_DNS_TIMEOUT = env.float("DESTINATIONS_DNS_TIMEOUT", default=2.0)  # seconds a lookup
 DESTINATIONS_RESOLVE_PER_BUILD = env.int("DESTINATIONS_RESOLVE_PER_BUILD", default=500)  # domains
 DESTINATIONS_RESOLVE_SECONDS = env.float("DESTINATIONS_RESOLVE_SECONDS", default=10.0)  # a build
+# connections a worker delivers on at once (growth.sending.wires): a kill leaves at most this many
+# chunks in doubt with a plain receiver
+SENDER_CONNECTIONS = env.int("SENDER_CONNECTIONS", default=4)
 SENDER_HANDOFF_CHUNK = env.int("SENDER_HANDOFF_CHUNK", default=5)  # messages per hand-over (plain)
 MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN", default=urlsplit(SITE_URL).hostname or "localhost")
 # VERP (growth.sending.verp): bounces come back to <BOUNCE_LOCAL_PART>+<signed job>@BOUNCE_DOMAIN;

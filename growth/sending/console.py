@@ -102,9 +102,10 @@ class Console:
         self._idle_since: float | None = None
 
     def started(self, *, transport: BaseTransport, batch_size: int, lease: float,
-                idempotent: bool) -> None:
-        logger.info("worker %s started (batch %d, lease %.0fs, %s receiver, %s)", self.worker_id,
-                    batch_size, lease, "idempotent" if idempotent else "plain", transport.label,
+                idempotent: bool, connections: int = 1) -> None:
+        logger.info("worker %s started (batch %d, lease %.0fs, %s receiver, %s, %d connection%s)",
+                    self.worker_id, batch_size, lease, "idempotent" if idempotent else "plain",
+                    transport.label, connections, "" if connections == 1 else "s",
                     extra={"worker_id": self.worker_id})
         sink = local_sink(transport)
         if sink:

@@ -14,12 +14,13 @@ Exactly-once is at-least-once plus an idempotent receiver, and the receiver deci
 worker trades speed for doubt (``receiver_deduplicates`` says which it is):
 
 - idempotent (it de-duplicates on our Idempotency-Key): a resend is harmless. Rows are handed
-  over with the claim, a whole batch goes to the transport at once, settles run on a thread of
-  their own (``growth.sending.settler``), and a row whose lease expired is retried, same key.
+  over with the claim, a batch is shared out between the worker's connections at once, settles
+  run on a thread of their own (``growth.sending.settler``), and a row whose lease expired is
+  retried, same key.
 - plain: a resend would be a duplicate. Each small chunk is handed over in its own commit just
-  before it goes on the wire and settled before the next, so a kill leaves in doubt only the
-  chunk that was on the wire; such a row becomes 'unknown' for an operator, never silently
-  resent or dropped.
+  before it goes on a wire (``growth.sending.wires``: C connections, one chunk each) and settled
+  when that wire answers, so a kill leaves in doubt only the chunks that were on the wires; such
+  a row becomes 'unknown' for an operator, never silently resent or dropped.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -59,6 +61,7 @@ from growth.sending.transports import (
     receiver_deduplicates,
 )
 from growth.sending.unsubscribe import LinkMaker
+from growth.sending.wires import Wires
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +144,7 @@ class Worker:
                  tick: float = 60.0, lease: float | None = None,
                  transport: BaseTransport | None = None, until_idle: bool = False,
                  once: bool = False, max_attempts: int | None = None,
-                 heartbeat_file: Path | None = None) -> None:
+                 heartbeat_file: Path | None = None, connections: int | None = None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.worker_id = worker_id or default_worker_id()
@@ -150,7 +153,12 @@ class Worker:
         self.lease = settings.SENDER_LEASE if lease is None else lease  # seconds
         self.transport = transport or get_transport()
         self.idempotent = receiver_deduplicates(self.transport, lease=self.lease)
-        self.chunk_size = batch_size if self.idempotent else settings.SENDER_HANDOFF_CHUNK
+        self.connections = connections or settings.SENDER_CONNECTIONS
+        self._wires = Wires(self.transport, self.connections)
+        # plain: small chunks, each handed over just before its wire takes it; idempotent (a
+        # resend is absorbed): the batch shared out between the connections
+        self.chunk_size = (-(-batch_size // self.connections) if self.idempotent
+                           else settings.SENDER_HANDOFF_CHUNK)
         self.until_idle = until_idle
         self.once = once
         self.max_attempts = max_attempts or settings.SENDER_MAX_ATTEMPTS
@@ -174,14 +182,15 @@ class Worker:
 
     def run(self) -> None:
         self._console.started(transport=self.transport, batch_size=self.batch_size,
-                              lease=self.lease, idempotent=self.idempotent)
+                              lease=self.lease, idempotent=self.idempotent,
+                              connections=self.connections)
         self._settler = Settler() if self.idempotent else InlineSettler()
         try:
             self._loop()  # the transport connects on first use: a mail server down now is transient
         finally:
             self._settler.close()  # what went out is settled before we go
             self._settler = InlineSettler()
-            self.transport.close()
+            self._wires.close()  # every connection, self.transport's included
             self._retrying_db(lambda: WorkerHeartbeat.objects.stopped(worker_id=self.worker_id),
                               deadline=time.monotonic() + DB_RETRY_FIRST)
             connection.close()
@@ -285,19 +294,38 @@ class Worker:
         return None
 
     def _deliver(self, batch: Batch) -> Iterator[list[Outcome]]:
-        """Render the batch, then hand it over and send it chunk by chunk; yield the outcomes of
-        each piece, which the caller settles before the next chunk is handed over."""
+        """Render the batch, then hand it over and send it chunk by chunk on the worker's
+        connections; yield the outcomes of each piece as its wire answers, which the caller
+        settles. At most one chunk per connection is handed over and unsettled at any time."""
         deliveries, unrenderable = self._render(batch.campaign_id, batch.to_send)
         if unrenderable:
             yield unrenderable
+        on_the_wire: set[Future] = set()
+        broken: Exception | None = None  # a transport that raised: the rest still settles
         for start in range(0, len(deliveries), self.chunk_size):
+            while len(on_the_wire) >= self._wires.count or (broken and on_the_wire):
+                answered, on_the_wire = wait(on_the_wire, return_when=FIRST_COMPLETED)
+                for future in answered:
+                    broken = broken or future.exception()
+                    if not future.exception():
+                        yield future.result()
+            if broken:
+                break
             chunk = deliveries[start:start + self.chunk_size]
             handed = self._retrying_db(lambda chunk=chunk: self._hand_over(chunk),
                                        deadline=time.monotonic() + self.lease)
             if handed is None:
-                return  # no database for a whole lease: unsent, these rows are queued again on expiry
+                break  # no database for a whole lease: unsent, these rows are queued again on expiry
             batch.tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
-            yield self._send([d for d in chunk if handed.get(d.send_id) == Send.Status.SENDING])
+            on_the_wire.add(self._wires.send(
+                [d for d in chunk if handed.get(d.send_id) == Send.Status.SENDING], self._send))
+        for future in as_completed(on_the_wire):
+            if future.exception():
+                broken = broken or future.exception()
+            else:
+                yield future.result()
+        if broken:
+            raise broken
 
     def _settle(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
         if outcomes:
@@ -397,14 +425,16 @@ class Worker:
             self._renderers[campaign_id] = renderer
         return renderer
 
-    def _send(self, deliveries: Sequence[Delivery]) -> list[Outcome]:
+    def _send(self, transport: BaseTransport, deliveries: Sequence[Delivery]) -> list[Outcome]:
+        """On a wire's thread: one chunk through one connection."""
+        if not deliveries:
+            return []
         started = time.perf_counter()
-        outcomes = self.transport.send_bulk(deliveries)
-        if deliveries:
-            each = (time.perf_counter() - started) / len(deliveries)
-            histogram = metrics.TRANSPORT_SECONDS.labels(self.transport.label)
-            for _ in deliveries:
-                histogram.observe(each)
+        outcomes = transport.send_bulk(deliveries)
+        each = (time.perf_counter() - started) / len(deliveries)
+        histogram = metrics.TRANSPORT_SECONDS.labels(transport.label)
+        for _ in deliveries:
+            histogram.observe(each)
         return outcomes
 
     def _hand_over(self, chunk: Sequence[Delivery]) -> dict[int, str]:

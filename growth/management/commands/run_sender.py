@@ -28,6 +28,10 @@ class Command(BaseCommand):
         parser.add_argument("--lease", type=float, default=None,
                             help="Seconds a claimed row stays ours (default: SENDER_LEASE, "
                                  f"now {settings.SENDER_LEASE:g}).")
+        parser.add_argument("--connections", type=int, default=None,
+                            help="Connections to the mail server or ESP used at once, each with "
+                                 "its own chunk; a kill leaves at most this many chunks in doubt "
+                                 f"(default: SENDER_CONNECTIONS, now {settings.SENDER_CONNECTIONS}).")
         parser.add_argument("--worker-id", default=None,
                             help=f"Name in claimed_by (default host:pid, e.g. {default_worker_id()}).")
         parser.add_argument("--metrics-port", type=int, default=None,
@@ -41,6 +45,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
+        if options["connections"] is not None and options["connections"] < 1:
+            raise CommandError("--connections must be at least 1")
         if options["tick"] <= 0 or (options["lease"] is not None and options["lease"] <= 0):
             raise CommandError("--tick and --lease must be positive")
         if options["metrics_port"] is not None:
@@ -50,7 +56,8 @@ class Command(BaseCommand):
         worker = Worker(worker_id=options["worker_id"], batch_size=options["batch_size"],
                         tick=options["tick"], lease=options["lease"],
                         once=options["once"], until_idle=options["until_idle"],
-                        heartbeat_file=options["heartbeat_file"])
+                        heartbeat_file=options["heartbeat_file"],
+                        connections=options["connections"])
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: worker.stop())
         worker.run()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,6 +65,11 @@ class BaseTransport:
 
     def close(self) -> None:
         """Close it; safe to call twice."""
+
+    def copy(self) -> BaseTransport:
+        """Another transport like this one, with a connection of its own (``growth.sending.wires``
+        sends on several at once). A transport that keeps state between messages overrides it."""
+        return copy.copy(self)
 
     def send_bulk(self, deliveries: Sequence[Delivery]) -> list[Outcome]:
         """Send each delivery; return one Outcome per delivery. Must not raise for one bad message."""

@@ -51,6 +51,11 @@ class DjangoMailTransport(BaseTransport):
     def label(self) -> str:
         return self._label
 
+    def copy(self) -> DjangoMailTransport:
+        """The same backend and options, on a connection of its own."""
+        return type(self)(backend=self._backend_path, idempotent=self.idempotent,
+                          **self._backend_options)
+
     def open(self) -> None:
         if self._connection is None:
             connection = get_connection(self._backend_path, fail_silently=False,
