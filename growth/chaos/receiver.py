@@ -50,7 +50,7 @@ class ChaosReceiver:
         self._lock = threading.Lock()
         self._log = log_path.open("a", buffering=1)
         self._parser = BytesHeaderParser()
-        self.port = _free_port()
+        self.port = free_port()
         self._controller: Controller | None = None
 
     @property
@@ -98,7 +98,8 @@ class ChaosReceiver:
             self._log.write(json.dumps(asdict(entry)) + "\n")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on loopback that nobody listens on now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
