@@ -135,7 +135,7 @@ def test_the_paced_window_moves_past_a_wall_of_waiting_rows():
 def test_a_throttle_lowers_the_providers_shared_rate_once_per_round_trip_and_good_answers_raise_it():
     google = Destination.objects.create(name="google")
     bucket = RateLimit.objects.create(destination=google, per_second=10, burst=10, tokens=10)
-    throttle = dict(destination_id=google.id, reason="throttled: 421 4.7.28", initial=0,
+    throttle = dict(destination_id=google.id, reason="throttled: 421 4.7.28", accepted=0,
                     policy=POLICY)
     assert RateLimit.objects.throttled(sent_since=5, **throttle) == 5.0
     # answers to messages sent before that decrease say nothing new
@@ -144,8 +144,12 @@ def test_a_throttle_lowers_the_providers_shared_rate_once_per_round_trip_and_goo
     assert (bucket.throttled_to, bucket.throttled_from, bucket.tokens) == (5.0, 10.0, 0)
     RateLimit.objects.filter(id=bucket.id).update(
         throttled_at=timezone.now() - dt.timedelta(seconds=10))
-    assert RateLimit.objects.throttled(sent_since=5, **throttle) == 2.5
-    for expected in (3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, None):  # + 0.1 x 10/s each period
+    assert RateLimit.objects.throttled(sent_since=5, **throttle) == 2.5  # half of 5
+    bucket.refresh_from_db()
+    assert bucket.throttled_from == 5.0
+    # below the rate it was taking at the last throttle (5/s), + 0.1 x 5 a period; past it,
+    # probing: + 20 % a period; past the configured 10/s: no longer throttled
+    for expected in (3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.2, 8.64, None):
         RateLimit.objects.filter(id=bucket.id).update(
             adjusted_at=timezone.now() - dt.timedelta(seconds=1))
         assert RateLimit.objects.recover(destination_ids=[google.id], transport="x",
@@ -159,20 +163,30 @@ def test_a_throttle_lowers_the_providers_shared_rate_once_per_round_trip_and_goo
 
 
 @pytest.mark.django_db
+def test_a_throttle_judges_the_receiver_by_what_it_was_seen_accepting():
+    google = Destination.objects.create(name="google")
+    bucket = RateLimit.objects.create(destination=google, per_second=100, burst=10)
+    assert RateLimit.objects.throttled(destination_id=google.id, reason="throttled", accepted=12,
+                                       sent_since=1, policy=POLICY) == 6.0  # not 50
+    bucket.refresh_from_db()
+    assert bucket.throttled_from == 12.0
+
+
+@pytest.mark.django_db
 def test_a_throttle_from_an_unpaced_provider_creates_its_bucket_at_the_rate_seen():
     google = Destination.objects.create(name="google")
-    rate = RateLimit.objects.throttled(destination_id=google.id, reason="throttled", initial=40,
+    rate = RateLimit.objects.throttled(destination_id=google.id, reason="throttled", accepted=40,
                                        sent_since=1, policy=POLICY)
     assert rate == 20.0
     bucket = RateLimit.objects.get(destination=google)
     assert bucket.per_second is None and bucket.throttled_from == 40
-    assert RateLimit.objects.throttled(destination_id=google.id, reason="throttled", initial=0,
+    assert RateLimit.objects.throttled(destination_id=google.id, reason="throttled", accepted=0,
                                        sent_since=1, policy=POLICY) is None  # same round trip
 
 
 @pytest.mark.django_db
 def test_an_accounts_limit_with_the_esp_slows_the_transport_not_a_provider():
-    rate = RateLimit.objects.throttled(transport="esp", reason="throttled: 429", initial=100,
+    rate = RateLimit.objects.throttled(transport="esp", reason="throttled: 429", accepted=100,
                                        sent_since=1, policy=POLICY)
     assert rate == 50.0
     bucket = RateLimit.objects.get(transport="esp")

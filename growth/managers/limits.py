@@ -11,6 +11,7 @@ from growth.managers.queries import Queries
 QUERIES = Queries.beside(__file__)
 
 RATE_CEILING = 100_000.0  # messages/s a bucket raised by good answers alone stops at
+PROBE = 0.2  # share of its rate a bucket grows by per good period, past its last throttle
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +73,16 @@ class RateLimitManager(models.Manager):
                                                         row["throttled"], row["wait"])
                 for row in rows}
 
-    def throttled(self, *, reason: str, initial: float, sent_since: float,
+    def throttled(self, *, reason: str, accepted: float, sent_since: float,
                   policy: ThrottlePolicy, destination_id: int | None = None,
                   transport: str = "") -> float | None:
         """A receiver said "slow down" to mail for ``destination_id`` (or, without one, to
-        everything through ``transport``): lower that bucket's rate, creating it at ``initial``
-        messages/s if it had none. Return the new rate, or None when the bucket was lowered
-        less than a round trip ago (``sent_since``: seconds since the throttled batch took its
-        tokens) and this answer is old news."""
-        params = {"reason": reason[:500], "initial": max(initial, policy.floor),
+        everything through ``transport``): lower that bucket's rate below what the receiver
+        was taking (``accepted``: messages/s it accepted lately, 0 if none), creating the bucket
+        if it had none. Return the new rate, or None when the bucket was lowered less than a
+        round trip ago (``sent_since``: seconds since the throttled batch took its tokens) and
+        this answer is old news."""
+        params = {"reason": reason[:500], "accepted": max(accepted, 0.0),
                   "sent_since": max(sent_since, 0.0), "decrease": policy.decrease,
                   "every": policy.every, "floor": policy.floor, "burst": policy.burst}
         if destination_id is not None:
@@ -94,7 +96,7 @@ class RateLimitManager(models.Manager):
         """Good answers: raise the throttled buckets of these destinations and of the
         transport (once per period); return the ids of those raised."""
         return QUERIES.column("recover", destination_ids=list(destination_ids),
-                              transport=transport, recovery=policy.recovery,
+                              transport=transport, recovery=policy.recovery, probe=PROBE,
                               every=policy.every, ceiling=RATE_CEILING)
 
     def destination_rate(self, destination_id: int, *, seconds: int = 5) -> float:

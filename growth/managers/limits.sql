@@ -107,31 +107,36 @@ WITH locked AS (
 SELECT destination_id, granted, throttled, bucket_ids, wait FROM per_destination;
 
 -- _slow_down --
--- A receiver said "slow down" (see growth.sending.transports.errors): the bucket's effective
--- rate times `decrease`, never below `floor`, from `initial` for a bucket that had no rate (the
--- rate the workers were seen sending at). Once per round trip: not again for answers to messages
--- sent before the last decrease (`sent_since`: when the batch that met this throttle took its
--- tokens), nor within `every` seconds. Tokens drop to nothing: every worker stops at once.
+-- A receiver said "slow down" (see growth.sending.transports.errors): the bucket's rate becomes
+-- `decrease` x what the receiver was taking, i.e. the lower of its effective rate and the rate
+-- it was seen accepting lately (`accepted`, by every worker; 0: unknown), never below `floor`.
+-- That basis is kept (throttled_from): recovery steps are a share of it. Once per round trip:
+-- not again for answers to messages sent before the last decrease (`sent_since`: when the batch
+-- that met this throttle took its tokens), nor within `every` seconds. Tokens drop to nothing:
+-- every worker stops at once.
 DO UPDATE SET
-    -- the rate the episode of throttling started from: what recovery steps are a share of
-    throttled_from = CASE WHEN growth_rate_limits.throttled_to IS NULL
-                          THEN coalesce(growth_rate_limits.per_second, %(initial)s)
-                          ELSE coalesce(growth_rate_limits.throttled_from, %(initial)s) END,
-    throttled_to = greatest(%(floor)s, coalesce(least(growth_rate_limits.throttled_to,
-                                                      growth_rate_limits.per_second),
-                                                %(initial)s) * %(decrease)s),
+    throttled_from = {{ _taking }},
+    throttled_to = greatest(%(floor)s, {{ _taking }} * %(decrease)s),
     throttled_at = now(), adjusted_at = now(), tokens = 0, refilled_at = now()
  WHERE growth_rate_limits.throttled_at IS NULL
     OR (growth_rate_limits.throttled_at < now() - make_interval(secs => %(every)s)
         AND growth_rate_limits.throttled_at < now() - make_interval(secs => %(sent_since)s))
+
+-- _taking --
+-- what the receiver was taking when it said "slow down": the lowest known of the bucket's
+-- effective rate and the rate it was seen accepting; neither known, the floor
+greatest(%(floor)s, coalesce(least(growth_rate_limits.throttled_to, growth_rate_limits.per_second,
+                                   CASE WHEN %(accepted)s > 0 THEN %(accepted)s END),
+                             %(floor)s))
 
 -- throttle_destination --
 -- a destination's throttle: its global bucket, created (with no configured rate) if it has none
 WITH changed AS (
     INSERT INTO growth_rate_limits (destination_id, transport, burst, throttled_to,
                                     throttled_from, throttled_at, adjusted_at, tokens)
-    VALUES (%(destination_id)s, '', %(burst)s, greatest(%(floor)s, %(initial)s * %(decrease)s),
-            %(initial)s, now(), now(), 0)
+    VALUES (%(destination_id)s, '', %(burst)s,
+            greatest(%(floor)s, greatest(%(accepted)s, %(floor)s) * %(decrease)s),
+            greatest(%(accepted)s, %(floor)s), now(), now(), 0)
     ON CONFLICT (destination_id) WHERE account_id IS NULL
     {{ _slow_down }}
     RETURNING id, throttled_to
@@ -145,8 +150,9 @@ RETURNING rate_limit_id, per_second;
 WITH changed AS (
     INSERT INTO growth_rate_limits (transport, burst, throttled_to, throttled_from, throttled_at,
                                     adjusted_at, tokens)
-    VALUES (%(transport)s, %(burst)s, greatest(%(floor)s, %(initial)s * %(decrease)s),
-            %(initial)s, now(), now(), 0)
+    VALUES (%(transport)s, %(burst)s,
+            greatest(%(floor)s, greatest(%(accepted)s, %(floor)s) * %(decrease)s),
+            greatest(%(accepted)s, %(floor)s), now(), now(), 0)
     ON CONFLICT (transport) WHERE account_id IS NULL AND destination_id IS NULL
     {{ _slow_down }}
     RETURNING id, throttled_to
@@ -157,15 +163,17 @@ RETURNING rate_limit_id, per_second;
 
 -- recover --
 -- Good answers from these destinations (or through this transport): each of their throttled
--- buckets gets back `recovery` x the rate its throttling started from, once per `every` seconds
--- (additive increase); back at its configured rate it is no longer throttled, and one that has
--- none stops at `ceiling`.
+-- buckets is raised once per `every` seconds. Below the rate the receiver was taking at the
+-- last throttle, by `recovery` x that rate (additive increase: back there in a few periods);
+-- at or past it, by `probe` x its rate (the receiver's limit may have risen, or was never
+-- seen: a bucket born at the floor finds it in a few dozen periods, not hours). Back at its
+-- configured rate it is no longer throttled; one that has none stops at `ceiling`.
 WITH raised AS (
     UPDATE growth_rate_limits r
        SET throttled_to = CASE
-               WHEN r.per_second IS NOT NULL
-                    AND r.throttled_to + %(recovery)s * r.throttled_from >= r.per_second THEN NULL
-               ELSE least(%(ceiling)s, r.throttled_to + %(recovery)s * r.throttled_from) END,
+               WHEN r.per_second IS NOT NULL AND r.throttled_to + {{ _step }} >= r.per_second
+               THEN NULL
+               ELSE least(%(ceiling)s, r.throttled_to + {{ _step }}) END,
            adjusted_at = now()
      WHERE r.throttled_to IS NOT NULL
        AND r.throttled_to < %(ceiling)s
@@ -179,6 +187,11 @@ SELECT id, rate, CASE WHEN throttled_to IS NULL THEN 'recovered: back to the con
                       ELSE 'good answers: raised' END
   FROM raised
 RETURNING rate_limit_id, per_second;
+
+-- _step --
+(CASE WHEN r.throttled_to < coalesce(r.throttled_from, 0)
+      THEN %(recovery)s * r.throttled_from
+      ELSE %(probe)s * r.throttled_to END)
 
 -- throttled_buckets --
 -- are any buckets held down by throttling (then good answers are worth a recover)?
@@ -226,10 +239,13 @@ SELECT c.account_id, count(*)::float / %(seconds)s AS per_second
  GROUP BY c.account_id;
 
 -- destination_rate --
--- messages a second delivered to a destination over the last %(seconds)s seconds, by every
--- worker: what a throttle's first bucket for it starts from. Only sending campaigns' recent
--- sends are read, through (campaign_id, status, sent_at).
-SELECT count(*)::float / %(seconds)s AS per_second
+-- messages a second delivered to a destination lately by every worker (over the last
+-- %(seconds)s seconds, or since its first delivery in them: a provider that throttles in the
+-- first second must not look idle): what a throttle judges the receiver's limit by. Only
+-- sending campaigns' recent sends are read, through (campaign_id, status, sent_at).
+SELECT coalesce(count(*)::float
+                / greatest(0.5, least(%(seconds)s, extract(epoch FROM now() - min(s.sent_at)))),
+                0) AS per_second
   FROM growth_campaigns c
   JOIN growth_sends s
     ON s.campaign_id = c.id
@@ -239,9 +255,11 @@ SELECT count(*)::float / %(seconds)s AS per_second
    AND s.destination_id = %(destination_id)s;
 
 -- total_rate --
--- messages a second delivered by every worker over the last %(seconds)s seconds: what a
--- transport-wide throttle's first bucket starts from
-SELECT count(*)::float / %(seconds)s AS per_second
+-- messages a second delivered by every worker lately (as destination_rate): what a
+-- transport-wide throttle judges the limit by
+SELECT coalesce(count(*)::float
+                / greatest(0.5, least(%(seconds)s, extract(epoch FROM now() - min(s.sent_at)))),
+                0) AS per_second
   FROM growth_campaigns c
   JOIN growth_sends s
     ON s.campaign_id = c.id

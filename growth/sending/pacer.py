@@ -152,14 +152,14 @@ class Pacer:
         if scope == Outcome.DESTINATION and destination_id is None:
             return  # an unclassified domain: its rows wait out their delay, nothing is paced
         if scope == Outcome.DESTINATION:
-            initial = RateLimit.objects.destination_rate(destination_id)
             rate = RateLimit.objects.throttled(
                 destination_id=destination_id, reason=f"throttled: {outcome.error}",
-                initial=initial, sent_since=sent_since, policy=self.policy)
+                accepted=RateLimit.objects.destination_rate(destination_id),
+                sent_since=sent_since, policy=self.policy)
         else:
             rate = RateLimit.objects.throttled(
                 transport=self.transport, reason=f"throttled: {outcome.error}",
-                initial=RateLimit.objects.current_total_rate(), sent_since=sent_since, policy=self.policy)
+                accepted=RateLimit.objects.current_total_rate(), sent_since=sent_since, policy=self.policy)
             self._transport_looked_at = -LOOK_AGAIN
         if rate is not None:
             self._throttling = True

@@ -68,9 +68,14 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         replies = list(exc.recipients.values())
         codes = [code for code, _ in replies]
+        # smtplib hangs up on a 421, whatever it says: the next message needs a new connection
         if replies and all(_throttling(code, text) for code, text in replies):
-            return _throttled(error)
-        return Failure(_by_code(min(codes) if codes else 550), error)
+            return _throttled(error, reconnect=421 in codes)
+        return Failure(_by_code(min(codes) if codes else 550), error, reconnect=421 in codes)
+    if isinstance(exc, smtplib.SMTPConnectError | smtplib.SMTPSenderRefused) and _throttling(
+            exc.smtp_code, exc.smtp_error):
+        # refused at connect or at MAIL FROM: the server we talk to limits our whole account
+        return _throttled(error, reconnect=True, scope=Outcome.TRANSPORT)
     if isinstance(exc, smtplib.SMTPServerDisconnected | smtplib.SMTPConnectError):
         return Failure(Outcome.TRANSIENT, error, reconnect=True)
     if isinstance(exc, smtplib.SMTPAuthenticationError | smtplib.SMTPSenderRefused
