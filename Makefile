@@ -56,9 +56,10 @@ $(BENCH_STAMP): $(STAMP) requirements/bench.txt
 	touch $@
 
 ## bench: the engine against its ceiling and its peers (procrastinate, pgqueuer), the SMTP path,
-## the build, memory and the admin, on a fresh database; the table goes to bench/RESULTS.md.
-## About 2 1/2 hours with the issue's figures on a 2-core machine (BENCH_ARGS=--quick: ~10 minutes;
-## BENCH_ARGS="--only admin" for one family; BENCH_ARGS=--help for every option)
+## the build, memory, the admin and pacing (a throttling receiver), on a fresh database; the table
+## goes to bench/RESULTS.md. About 2 1/2 hours with the issue's figures on a 2-core machine
+## (BENCH_ARGS=--quick: ~10 minutes; BENCH_ARGS="--only pacing" for one family, ~3 minutes;
+## BENCH_ARGS=--help for every option)
 bench: $(BENCH_STAMP)
 	$(PY) -m bench $(BENCH_ARGS)
 

@@ -18,7 +18,8 @@ from bench.procs import timed_pool
 
 SENDS_SQL = Path(__file__).resolve().parent.parent / "growth" / "managers" / "sends.sql"
 LEASE = 300.0  # seconds, the engine's default
-MAX_ATTEMPTS, BACKOFF_BASE, BACKOFF_MAX = 5, 30.0, 3600.0  # the engine's defaults
+# the engine's defaults: SENDER_RETRY_FOR (48 h), SENDER_THROTTLE_EVERY, SENDER_BACKOFF_*
+RETRY_FOR, THROTTLE_DELAY, BACKOFF_BASE, BACKOFF_MAX = 48 * 3600.0, 1.0, 30.0, 3600.0
 
 
 def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> int:
@@ -53,7 +54,8 @@ def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> 
             done = conn.execute(queries["settle"], {
                 "ids": ids, "attempts": [attempts[i] for i in ids], "campaign_id": campaign_id,
                 "outcomes": ["sent"] * len(ids), "provider_ids": ["null"] * len(ids),
-                "errors": [""] * len(ids), "worker_id": worker_id, "max_attempts": MAX_ATTEMPTS,
+                "errors": [""] * len(ids), "retry_afters": [None] * len(ids),
+                "worker_id": worker_id, "retry_for": RETRY_FOR, "throttle_delay": THROTTLE_DELAY,
                 "backoff_base": BACKOFF_BASE, "backoff_max": BACKOFF_MAX}).fetchall()
             settled += len(done)
 

@@ -50,6 +50,9 @@ PHASES = [
     ("logging/__init__.py", "Logger.info", "logging (one line per batch)"),
     ("psycopg/cursor.py", "Cursor.execute", "all statements: psycopg execute (waiting on PostgreSQL)"),
 ]
+# the settle's policy parameters, as the engine's defaults set them (see bench/ceiling.py)
+SETTLE_POLICY = {"retry_for": 48 * 3600.0, "throttle_delay": 1.0, "backoff_base": 30.0,
+                 "backoff_max": 3600.0}
 _FRAME = re.compile(r"^(?P<func>.+?) \((?P<file>.+?)(?::(?P<line>\d+))?\)$")
 
 
@@ -189,8 +192,8 @@ def _statements(batch_size: int) -> list[tuple[str, float, str]]:
         ms, plan = _explain(SEND_QUERIES["settle"], {
             "ids": ids, "attempts": [row[1] for row in held], "campaign_id": held[0][2],
             "outcomes": ["sent"] * len(ids), "provider_ids": ["null"] * len(ids),
-            "errors": [""] * len(ids), "worker_id": worker, "max_attempts": 5,
-            "backoff_base": 30.0, "backoff_max": 3600.0})
+            "retry_afters": [None] * len(ids), "errors": [""] * len(ids), "worker_id": worker,
+            **SETTLE_POLICY})
         results.append(("settle", ms, plan))
         sending = [c.campaign_id for c in Campaign.objects.sending()]
         for name in ("finish", "outlook", "start_due"):
@@ -235,6 +238,6 @@ def settle_half(rows: int, batch_size: int) -> None:
                 "ids": ids, "attempts": [row["attempts"] for row in claimed],
                 "campaign_id": claimed[0]["campaign_id"] if claimed else None,
                 "outcomes": ["sent"] * len(ids), "provider_ids": [""] * len(ids),
-                "errors": [""] * len(ids), "worker_id": "half", "max_attempts": 5,
-                "backoff_base": 30.0, "backoff_max": 3600.0})
+                "retry_afters": [None] * len(ids), "errors": [""] * len(ids), "worker_id": "half",
+                **SETTLE_POLICY})
             done += len(ids)

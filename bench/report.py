@@ -41,6 +41,15 @@ How each figure is taken (details in each module's docstring under `bench/`):
 - **memory**: one `run_sender --until-idle` over a whole campaign (build included); peak RSS is
   the kernel's high-water mark (VmHWM), polled every 20 ms with psutil.
 - **admin**: Django's test Client in process, logged-in superuser, median server time.
+- **pacing**: real `run_sender` processes (SMTP, plain receiver, production pacing settings)
+  against `growth.chaos.throttling.ThrottlingReceiver`, which takes Gmail's mail at most at the
+  limit (a token bucket) and answers `421 4.7.28` beyond, for the whole run, and everyone else's
+  at once; goodput is Gmail's messages accepted a second over the run's last two thirds ÷ the
+  limit. Google's bucket is either made by the first throttle (what happens when nobody
+  configured one) or configured at twice the limit. The claim's cost: EXPLAIN (ANALYZE, BUFFERS)
+  of `claim_paced` and of the plain `claim` on one campaign whose first 60 % of rows belong to
+  a destination out of tokens (4 more paced ones and unpaced rows follow), the median of 7
+  runs after a warm-up, each rolled back; buffers are shared hit + read of the whole statement.
 """
 
 
@@ -75,6 +84,10 @@ def _cell(entries, system, batch, workers) -> str:
 
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×" if a and b else "–"
+
+
+_BUCKET = {"cold": "its bucket made by the first throttle",
+           "configured": "its bucket configured at 2× the limit"}
 
 
 def _met(ok: bool | None) -> str:
@@ -125,6 +138,23 @@ def targets(results: dict) -> list[tuple[str, str, str, str]]:
         for label, page in admin["pages"].items():
             rows.append((f"admin {label} ({admin['sends']:,} sends) ≤ 300 ms", f"{page['ms']:.0f} ms",
                          "–", _met(page["ms"] <= 300 and page["status"] == 200)))
+    pacing = results.get("pacing")
+    if pacing:
+        for variant, run in pacing["goodput"].items():
+            rows.append((f"goodput to a provider throttling at {run['limit']:g}/s ≥ 0.9× its limit "
+                         f"({_BUCKET[variant]})",
+                         f"{run['goodput'] * run['limit']:.1f} vs {run['limit']:g} /s",
+                         f"{run['goodput']:.2f}×", _met(run["goodput"] >= 0.9)))
+        sizes = sorted(pacing["claims"], key=int)
+        if len(sizes) >= 2:
+            small, big = pacing["claims"][sizes[0]], pacing["claims"][sizes[-1]]
+            for name in ("claim_paced", "claim"):
+                rows.append((f"{name} at {int(sizes[-1]):,} rows reads what it does at "
+                             f"{int(sizes[0]):,} (growth_sends rows; O(batch))",
+                             f"{big[name]['sends_read']:,} vs {small[name]['sends_read']:,} rows, "
+                             f"{big[name]['buffers']:,} vs {small[name]['buffers']:,} buffers",
+                             _ratio(big[name]["sends_read"], small[name]["sends_read"]),
+                             _met(big[name]["sends_read"] <= 1.1 * small[name]["sends_read"])))
     return rows
 
 
@@ -269,6 +299,9 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
                 "| statement | " + " | ".join(moments) + " |", "|---|" + "---|" * len(moments)]
         for name in explain[moments[0]]:
             out.append(f"| {name} | " + " | ".join(f"{explain[m][name]:.2f} ms" for m in moments) + " |")
+    pacing = results.get("pacing")
+    if pacing:
+        out += _pacing(pacing)
     experiments = results.get("experiments")
     if experiments:
         out += ["", "## Experiments (`--only experiments`: the recommended changes, tried on the bench "
@@ -283,6 +316,68 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
             "What limits the engine, with the changes recommended: `bench/FINDINGS.md`. "
             "Scale-out notes: the README."]
     return "\n".join(out) + "\n"
+
+
+def _pacing(pacing: dict) -> list[str]:
+    runs = pacing["goodput"]
+    first = next(iter(runs.values()))
+    out = ["", f"## Pacing: a provider that throttles ({first['workers']} workers, SMTP, plain receiver, "
+               f"batch {first['batch']}, {first['seconds']:.0f} s a run)", "",
+           "| Google's bucket | accepted | deferred (421) | deferrals per message accepted "
+           "| goodput, steady part | goodput, whole run | its rate: made at → at the end "
+           "| other domain: all in after |", "|---|---|---|---|---|---|---|---|"]
+    for variant, run in runs.items():
+        rates = [rate for _, rate, _ in run["rates"] if rate is not None]
+        made = f"{run['configured']:g}" if run["configured"] else (f"{rates[0]:.2f}" if rates else "–")
+        out.append(f"| {_BUCKET[variant].removeprefix('its bucket ')} | {run['accepted']:,} "
+                   f"| {run['deferred']:,} | {run['deferred_per_accepted']:.2f} "
+                   f"| {run['goodput']:.2f}× | {run['goodput_whole']:.2f}× "
+                   f"| {made} → {rates[-1]:.2f} /s | "
+                   + (f"{run['other_done_at']:.1f} s |" if run["other_done_at"] is not None else "– |"))
+    out += ["", "Gmail's messages accepted in each tenth of the run: "
+            + "; ".join(f"{variant} " + " ".join(str(n) for n in _tenths(run["per_second"]))
+                        for variant, run in runs.items()) + "."]
+    claims = pacing["claims"]
+    sizes = sorted(claims, key=int)
+    out += ["", f"The claim of one campaign (batch {pacing['batch']}): EXPLAIN (ANALYZE, BUFFERS), "
+                f"median of {pacing.get('explain_runs', 5)} runs; the paced one claims 4 "
+                "destinations' shares, its window at the front of the exhausted destination's "
+                "rows (plans in `bench/out/pacing-plans.txt`).",
+            "", "| rows | statement | ms | buffers | rows read (of growth_sends) | claimed "
+                "| buffers per claimed row |", "|---|---|---|---|---|---|---|"]
+    for size in sizes:
+        for name in ("claim", "claim_paced"):
+            f = claims[size][name]
+            out.append(f"| {int(size):,} | {name} | {f['ms']:.2f} | {f['buffers']:,} "
+                       f"| {f['rows_read']:,} ({f['sends_read']:,}) | {f['claimed']} "
+                       f"| {f['buffers'] / max(f['claimed'], 1):.1f} |")
+    out += ["", "| ratio | ms | buffers | growth_sends rows read | buffers per claimed row |",
+            "|---|---|---|---|---|"]
+    for size in sizes:
+        paced, plain = claims[size]["claim_paced"], claims[size]["claim"]
+        out.append(f"| claim_paced / claim at {int(size):,} | {_ratio(paced['ms'], plain['ms'])} "
+                   f"| {_ratio(paced['buffers'], plain['buffers'])} "
+                   f"| {_ratio(paced['sends_read'], plain['sends_read'])} "
+                   f"| {_ratio(_per_row(paced), _per_row(plain))} |")
+    if len(sizes) >= 2:
+        for name in ("claim_paced", "claim"):
+            big, small = claims[sizes[-1]][name], claims[sizes[0]][name]
+            out.append(f"| {name} at {int(sizes[-1]):,} / at {int(sizes[0]):,} "
+                       f"| {_ratio(big['ms'], small['ms'])} | {_ratio(big['buffers'], small['buffers'])} "
+                       f"| {_ratio(big['sends_read'], small['sends_read'])} "
+                       f"| {_ratio(_per_row(big), _per_row(small))} |")
+    return out
+
+
+def _per_row(figures: dict) -> float:
+    return figures["buffers"] / max(figures["claimed"], 1)
+
+
+def _tenths(per_second: list[int]) -> list[int]:
+    """A run's per-second counts summed by tenth of the run."""
+    step = max(len(per_second) / 10, 1)
+    return [sum(per_second[round(i * step):round((i + 1) * step)]) for i in range(10)
+            if round(i * step) < len(per_second)]
 
 
 def chart(results: dict, path: Path) -> None:

@@ -17,11 +17,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DATABASE = "zylior_bench"
-FAMILIES = ["ceiling", "engine", "peers", "smtp", "build", "memory", "admin", "export", "profile"]
+FAMILIES = ["ceiling", "engine", "peers", "smtp", "build", "memory", "admin", "export", "profile",
+            "pacing"]
 OPT_IN = ["experiments"]  # only with --only
 QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000, "dkim_recipients": 1_000,
          "build_subscribers": 100_000, "memory_sizes": "5000,50000", "admin_sends": 100_000,
-         "export_sizes": "10000,100000"}
+         "export_sizes": "10000,100000", "pacing_seconds": 20.0, "pacing_sizes": "10000,100000"}
 
 
 def _ints(text: str) -> list[int]:
@@ -49,6 +50,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--admin-sends", type=int, help="sends of the admin's campaign (1,000,000)")
     parser.add_argument("--export-sizes", help="recipients of the exported campaigns (10000,1000000)")
     parser.add_argument("--profile-batch", type=int, default=500)
+    parser.add_argument("--pacing-limit", type=float, default=20.0,
+                        help="messages/s the throttling receiver takes for Gmail (20)")
+    parser.add_argument("--pacing-seconds", type=float, help="the goodput run's length (60)")
+    parser.add_argument("--pacing-workers", type=int, default=2)
+    parser.add_argument("--pacing-sizes", help="rows of the campaigns whose claim is explained "
+                                               "(100000,1000000)")
+    parser.add_argument("--pacing-batch", type=int, default=500, help="the explained claims' batch")
     parser.add_argument("--only", default=",".join(FAMILIES), help=f"some of {','.join(FAMILIES + OPT_IN)}")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="logs, raw profiles, JSON")
     parser.add_argument("--publish", action=argparse.BooleanOptionalAction, default=None,
@@ -58,7 +66,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     defaults = {"recipients": 100_000, "repetitions": 3, "procrastinate_jobs": 10_000,
                 "dkim_recipients": 5_000,
                 "build_subscribers": 1_000_000, "memory_sizes": "10000,1000000",
-                "admin_sends": 1_000_000, "export_sizes": "10000,1000000"}
+                "admin_sends": 1_000_000, "export_sizes": "10000,1000000",
+                "pacing_seconds": 60.0, "pacing_sizes": "100000,1000000"}
     for name, value in (QUICK if args.quick else defaults).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -142,6 +151,8 @@ def measure(args: argparse.Namespace) -> dict:
         results["export"] = export.measure(_ints(args.export_sizes), out=args.out, say=say)
     if "profile" in want:
         results["profile"] = _profile(args)
+    if "pacing" in want:
+        results["pacing"] = _pacing(args)
     if "experiments" in want:
         results["experiments"] = _experiments(args)
     results["machine"]["load"] += f"; at the end: {machine.load()}"
@@ -262,6 +273,25 @@ def _profile(args) -> dict:
             "costs": {name: {k: v for k, v in cost.items() if k not in ("phases", "raw", "top_self")}
                       for name, cost in costs.items()},
             "indexes": hotspots.indexes()}
+
+
+def _pacing(args) -> dict:
+    from bench import pacing
+
+    runs = {}
+    for variant, configured in (("cold", None), ("configured", 2 * args.pacing_limit)):
+        run = runs[variant] = pacing.goodput(limit=args.pacing_limit, seconds=args.pacing_seconds,
+                                             workers=args.pacing_workers, out=args.out,
+                                             configured=configured)
+        say(f"pacing: Gmail throttled at {run['limit']:g}/s, Google's bucket "
+            f"{'made by the first throttle' if configured is None else f'configured at {configured:g}/s'}"
+            f", {run['workers']} workers, {run['seconds']:.0f} s: {run['accepted']:,} accepted, "
+            f"{run['deferred']:,} deferred; goodput {run['goodput']:.2f}× the limit (steady part), "
+            f"{run['goodput_whole']:.2f}× (whole run)")
+    claims = pacing.explain(sizes=_ints(args.pacing_sizes), batch=args.pacing_batch,
+                            out=args.out, say=say)
+    return {"goodput": runs, "batch": args.pacing_batch, "explain_runs": pacing.EXPLAIN_RUNS,
+            "claims": claims}
 
 
 def _experiments(args) -> dict:
