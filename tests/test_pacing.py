@@ -163,11 +163,11 @@ def test_a_throttle_lowers_the_providers_shared_rate_once_per_round_trip_and_goo
 
 
 @pytest.mark.django_db
-def test_a_throttle_judges_the_receiver_by_what_it_was_seen_accepting():
+def test_a_throttle_of_a_bucket_without_a_rate_judges_by_what_the_receiver_was_seen_accepting():
     google = Destination.objects.create(name="google")
-    bucket = RateLimit.objects.create(destination=google, per_second=100, burst=10)
+    bucket = RateLimit.objects.create(destination=google, max_in_flight=10)  # no rate of its own
     assert RateLimit.objects.throttled(destination_id=google.id, reason="throttled", accepted=12,
-                                       sent_since=1, policy=POLICY) == 6.0  # not 50
+                                       sent_since=1, policy=POLICY) == 6.0
     bucket.refresh_from_db()
     assert bucket.throttled_from == 12.0
 

@@ -108,8 +108,8 @@ SELECT destination_id, granted, throttled, bucket_ids, wait FROM per_destination
 
 -- _slow_down --
 -- A receiver said "slow down" (see growth.sending.transports.errors): the bucket's rate becomes
--- `decrease` x what the receiver was taking, i.e. the lower of its effective rate and the rate
--- it was seen accepting lately (`accepted`, by every worker; 0: unknown), never below `floor`.
+-- `decrease` x what the receiver was taking (its effective rate, or for a bucket without one the
+-- rate it was seen accepting lately, `accepted`, by every worker; 0: unknown), never below `floor`.
 -- That basis is kept (throttled_from): recovery steps are a share of it. Once per round trip:
 -- not again for answers to messages sent before the last decrease (`sent_since`: when the batch
 -- that met this throttle took its tokens), nor within `every` seconds. Tokens drop to nothing:
@@ -123,10 +123,13 @@ DO UPDATE SET
         AND growth_rate_limits.throttled_at < now() - make_interval(secs => %(sent_since)s))
 
 -- _taking --
--- what the receiver was taking when it said "slow down": the lowest known of the bucket's
--- effective rate and the rate it was seen accepting; neither known, the floor
-greatest(%(floor)s, coalesce(least(growth_rate_limits.throttled_to, growth_rate_limits.per_second,
-                                   CASE WHEN %(accepted)s > 0 THEN %(accepted)s END),
+-- what the receiver was taking when it said "slow down": the bucket's effective rate; for a
+-- bucket without one (a provider paced only in messages on the wire), the rate it was seen
+-- accepting; neither known, the floor. (The rate seen accepting is an average over seconds
+-- that include the slow ones after the last throttle: taken whenever the bucket has a rate, it
+-- would ratchet the rate down throttle after throttle.)
+greatest(%(floor)s, coalesce(least(growth_rate_limits.throttled_to, growth_rate_limits.per_second),
+                             CASE WHEN %(accepted)s > 0 THEN %(accepted)s END,
                              %(floor)s))
 
 -- throttle_destination --
