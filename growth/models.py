@@ -402,15 +402,15 @@ class Send(models.Model):
                                    condition=~Q(status="sending") | Q(lease_expires_at__isnull=False)),
         ]
         indexes = [
-            # The claim walks this in id order: only queued rows are in it, so it stays small.
-            models.Index("id", name="send_queued", condition=Q(status="queued")),
             models.Index("lease_expires_at", name="send_leased", condition=Q(status="sending")),
             models.Index("next_attempt_at", name="send_backoff",
                          condition=Q(status="queued", next_attempt_at__isnull=False)),
             # progress counts; and with sent_at, a tenant's current rate (its campaigns' last
             # seconds of sends), so that no index of its own is written on every settle
             models.Index("campaign", "status", "sent_at", name="send_campaign_status"),
-            # a per-campaign claim (the worker serves campaigns in turn) walks this
+            # the claim (the worker serves campaigns in turn) walks this; only queued rows are in
+            # it, so it stays small. No (id) WHERE queued beside it: the planner took that one
+            # for a campaign's claim and read every older campaign's queued rows first
             models.Index("campaign", "id", name="send_queued_by_campaign",
                          condition=Q(status="queued")),
             # the claim's share of a paced destination (as many rows as its tokens allow)

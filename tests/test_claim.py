@@ -111,11 +111,42 @@ def test_the_claim_walks_an_index_not_the_table(per_campaign):
         status="sent")  # the usual shape mid-campaign: most rows done
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE growth_sends")
-        cursor.execute("EXPLAIN " + QUERIES["claim"], {
-            "worker_id": "w", "batch_size": 20, "lease": 60,
-            "campaign_id": campaign.id if per_campaign else None, "hand_over": False})
+        params = {"worker_id": "w", "batch_size": 20, "lease": 60, "hand_over": False}
+        if per_campaign:
+            cursor.execute("EXPLAIN " + QUERIES["claim"], {**params, "campaign_id": campaign.id})
+        else:
+            cursor.execute("EXPLAIN " + QUERIES["claim_any"], params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Seq Scan on growth_sends" not in plan, plan
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("statement", ["claim", "claim_paced"])
+def test_a_campaigns_claim_does_not_read_an_older_campaigns_queued_rows(statement):
+    """Both campaigns' rows are queued, the older one's first in id order. Filtered from the
+    primary key in id order (as the planner chose with `campaign_id = X`), the newer one's claim
+    read every row of the older one first."""
+    sending_campaign(count=4000)
+    newer = sending_campaign(count=4000)
+    params = {"worker_id": "w", "lease": 60, "hand_over": False, "campaign_id": newer.id}
+    if statement == "claim":
+        params["batch_size"] = 20
+    else:
+        params.update(free=20, paced=[0], share_ids=[], share_counts=[], after=0, scan=80)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE growth_sends")
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES[statement], params)
+        (plan,), = cursor.fetchall()
+    assert _rows_read(plan[0]["Plan"], "growth_sends") <= 1000  # 20 claimed, not 4,000 passed
+
+
+def _rows_read(node: dict, table: str) -> int:
+    """Rows a plan's scans of ``table`` returned or filtered out, over all its loops."""
+    here = 0
+    if node.get("Relation Name") == table:
+        here = (node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * node.get(
+            "Actual Loops", 1)
+    return here + sum(_rows_read(child, table) for child in node.get("Plans", []))
 
 
 @pytest.mark.django_db

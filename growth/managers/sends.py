@@ -135,8 +135,12 @@ class SendManager(models.Manager):
         # queued again: with a plain receiver nothing was sent, since the hand-over (which does
         # wait, and whose flush carries this commit with it) finds them no longer ours; with an
         # idempotent one a resend under the same key is absorbed.
-        rows = QUERIES.rows("claim", worker_id=worker_id, batch_size=batch_size, lease=lease,
-                            campaign_id=campaign_id, hand_over=hand_over, wait_for_flush=False)
+        params = {"worker_id": worker_id, "batch_size": batch_size, "lease": lease,
+                  "hand_over": hand_over, "wait_for_flush": False}
+        if campaign_id is None:
+            rows = QUERIES.rows("claim_any", **params)
+        else:
+            rows = QUERIES.rows("claim", campaign_id=campaign_id, **params)
         return sorted((Claimed.from_row(row) for row in rows), key=lambda c: c.id)
 
     def claim_paced(self, *, worker_id: str, campaign_id: int, free: int, lease: float,

@@ -162,10 +162,14 @@ SELECT s.id
    AND {{ _blocked }};
 
 -- claim --
--- Take up to batch_size due rows (of one campaign, or of any) no other worker holds (SKIP LOCKED:
--- disjoint batches, no waiting). In the same statement, re-check the tenant's suppressions and the
+-- Take up to batch_size due rows of one campaign no other worker holds (SKIP LOCKED: disjoint
+-- batches, no waiting). In the same statement, re-check the tenant's suppressions and the
 -- subscriber's status: an opt-out committed since the build turns the row into 'suppressed' before
 -- any network call. The rest become 'sending' under a lease. The caller commits, then delivers.
+-- The rows are walked through (campaign_id, id) WHERE queued, named by a row comparison: with
+-- `campaign_id = X` the planner took the primary key in id order and filtered it, reading all of
+-- an older campaign's queued rows before the first of this one's (200,000 rows, 173 ms, per
+-- claim, against 1 ms), since its statistics cannot tell that a campaign's rows are one range.
 -- Rows are found again by id = ANY(ARRAY(...)), the checks are per-row subqueries and no CTE is
 -- joined, so the plan probes primary keys whatever the size of the campaign, of the tenant's
 -- lists or of the batch (joins were planned as hash joins over a scan of all of growth_sends and
@@ -173,11 +177,33 @@ SELECT s.id
 WITH due AS (
     SELECT s.id
       FROM growth_sends s
+     WHERE {{ _of_the_campaign }}
+       AND (s.campaign_id, s.id) > (%(campaign_id)s, 0)
+       AND s.status = 'queued'
+       AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
+     ORDER BY s.campaign_id, s.id
+     LIMIT %(batch_size)s
+       FOR UPDATE OF s SKIP LOCKED
+), {{ _blocked_in_due }}
+{{ _lease_due }}
+RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, s.status, s.attempts,
+          s.destination_id;
+
+-- _of_the_campaign --
+-- Rows s of the sending campaign %(campaign_id)s, as a range of (campaign_id, id) (see claim).
+(s.campaign_id, s.id) < (%(campaign_id)s + 1, 0)
+AND EXISTS (SELECT 1 FROM growth_campaigns c WHERE c.id = %(campaign_id)s AND c.status = 'sending')
+
+-- claim_any --
+-- The same from every sending campaign at once, oldest row first (tools and tests; the worker
+-- serves campaigns in turn through `claim`).
+WITH due AS (
+    SELECT s.id
+      FROM growth_sends s
       JOIN growth_campaigns c ON c.id = s.campaign_id
      WHERE s.status = 'queued'
        AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
        AND c.status = 'sending'
-       AND (%(campaign_id)s::bigint IS NULL OR s.campaign_id = %(campaign_id)s)
      ORDER BY s.id
      LIMIT %(batch_size)s
        FOR UPDATE OF s SKIP LOCKED
@@ -222,16 +248,14 @@ UPDATE growth_sends s
 -- window is read to its end: O(scan) per claim whatever the campaign's size, and every row is
 -- passed over again on the next lap. The last row returned tells how far the window went
 -- (scanned, scanned_to), also when nothing was claimed.
-WITH campaign AS (
-    SELECT id FROM growth_campaigns WHERE id = %(campaign_id)s AND status = 'sending'
-), scanned AS (
+WITH scanned AS (
     SELECT s.id, s.destination_id
       FROM growth_sends s
-     WHERE s.campaign_id = (SELECT id FROM campaign)
+     WHERE {{ _of_the_campaign }}
+       AND (s.campaign_id, s.id) > (%(campaign_id)s, %(after)s)
        AND s.status = 'queued'
-       AND s.id > %(after)s
        AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
-     ORDER BY s.id
+     ORDER BY s.campaign_id, s.id
      LIMIT %(scan)s
 ), free AS (
     SELECT s.id
@@ -249,11 +273,14 @@ WITH campaign AS (
      CROSS JOIN LATERAL (
            SELECT s.id
              FROM growth_sends s
-            WHERE s.campaign_id = (SELECT id FROM campaign)
-              AND s.destination_id = g.destination_id
+            WHERE (s.campaign_id, s.destination_id, s.id) > (%(campaign_id)s, g.destination_id, 0)
+              AND (s.campaign_id, s.destination_id, s.id)
+                  < (%(campaign_id)s, g.destination_id + 1, 0)
+              AND EXISTS (SELECT 1 FROM growth_campaigns c
+                           WHERE c.id = %(campaign_id)s AND c.status = 'sending')
               AND s.status = 'queued'
               AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
-            ORDER BY s.id
+            ORDER BY s.campaign_id, s.destination_id, s.id
             LIMIT g.n
               FOR UPDATE OF s SKIP LOCKED) share
 ), due AS (  -- disjoint: a paced destination's rows are never free
