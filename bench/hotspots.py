@@ -178,7 +178,7 @@ def _statements(batch_size: int) -> list[tuple[str, float, str]]:
     worker = "explain"
     results = []
     with transaction.atomic():
-        ms, plan = _explain(SEND_QUERIES["claim"],
+        ms, plan = _explain(SEND_QUERIES["claim_any"],
                             {"worker_id": worker, "batch_size": batch_size, "lease": 300.0,
                              "campaign_id": None, "hand_over": False})
         results.append(("claim", ms, plan))
@@ -228,7 +228,7 @@ def settle_half(rows: int, batch_size: int) -> None:
     done = 0
     with connection.cursor() as cursor:
         while done < rows:
-            cursor.execute(SEND_QUERIES["claim"],
+            cursor.execute(SEND_QUERIES["claim_any"],
                            {"worker_id": "half", "batch_size": batch_size, "lease": 300.0,
                             "campaign_id": None, "hand_over": False})
             columns = [column.name for column in cursor.description]
