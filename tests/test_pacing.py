@@ -202,7 +202,8 @@ def test_the_pacer_attributes_a_throttle_to_the_rows_provider(settings):
     outcomes = [Outcome(r.id, Outcome.THROTTLED, error="421 4.7.28 rate",
                         throttle_scope=Outcome.DESTINATION) for r in gmail]
     outcomes += [Outcome(r.id, Outcome.SENT) for r in rows if r not in gmail]
-    Pacer(batch_size=10, policy=POLICY).observe(rows, outcomes, sent_since=1)
+    Pacer(batch_size=10, policy=POLICY).observe({r.id: r.destination_id for r in rows}, outcomes,
+                                                sent_since=1)
     (bucket,) = RateLimit.objects.all()
     assert bucket.destination == destination("google") and bucket.throttled_to == POLICY.floor
     assert RateLimitChange.objects.get().reason == "throttled: 421 4.7.28 rate"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -130,10 +130,10 @@ class Pacer:
 
     # --- after the network: what the answers teach ------------------------------------------
 
-    def observe(self, rows: Sequence[Claimed], outcomes: Sequence[Outcome], *,
+    def observe(self, destination_of: Mapping[int, int | None], outcomes: Sequence[Outcome], *,
                 sent_since: float) -> None:
-        """Adapt the rates to a batch's answers. ``sent_since``: seconds since its claim."""
-        destination_of = {row.id: row.destination_id for row in rows}
+        """Adapt the rates to answers from a batch whose rows go to ``destination_of[send id]``.
+        ``sent_since``: seconds since its claim."""
         throttles = [o for o in outcomes if o.kind == Outcome.THROTTLED]
         for outcome in throttles:
             metrics.THROTTLED.labels(outcome.throttle_scope).inc()
@@ -176,7 +176,7 @@ class Pacer:
         return self._throttling
 
 
-def _one_per_bucket(throttles: Sequence[Outcome], destination_of: dict[int, int | None]):
+def _one_per_bucket(throttles: Sequence[Outcome], destination_of: Mapping[int, int | None]):
     """One throttle per bucket it concerns (the first): a batch's many deferrals from one
     provider are one signal, not many."""
     seen = set()

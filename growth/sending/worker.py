@@ -129,9 +129,11 @@ class Batch:
     tally: Tally
     # each row's attempt as claimed: with the worker id, what makes a row still ours
     attempts: dict[int, int] = field(init=False)
+    destinations: dict[int, int | None] = field(init=False)  # each row's mailbox provider
 
     def __post_init__(self) -> None:
         self.attempts = {row.id: row.attempts for row in self.rows}
+        self.destinations = {row.id: row.destination_id for row in self.rows}
 
     @property
     def to_send(self) -> list[Claimed]:
@@ -335,7 +337,8 @@ class Worker:
         settled = self._record(batch, outcomes)
         batch.tally.add(settled)
         self._suppress_hard_bounces(batch, outcomes, settled)
-        self._pacer.observe(batch.rows, outcomes, sent_since=time.monotonic() - batch.tally.started)
+        self._pacer.observe(batch.destinations, outcomes,
+                            sent_since=time.monotonic() - batch.tally.started)
 
     def _contain(self, batch: Batch, exc: Exception) -> None:
         """Pause the batch's campaign with the reason, and give back its rows that never went
