@@ -249,3 +249,13 @@ def test_which_smtp_refusals_are_hard_bounces(error, hard):
     from growth.feedback.bounces import smtp_hard_bounce
 
     assert smtp_hard_bounce(error) is hard
+
+
+def test_a_worker_runs_again_after_a_run_on_its_connections(smtp_settings):
+    campaign = approved_campaign(count=30)
+    worker = Worker(batch_size=5, tick=0.05, lease=30, once=True, connections=3)
+    for _ in range(10):  # one cycle a run; each run ends by closing the connections
+        worker.run()
+    assert statuses(campaign) == {"sent": 30}
+    campaign.refresh_from_db()
+    assert not campaign.pause_reason

@@ -27,8 +27,7 @@ class Wires:
         self._idle: queue.SimpleQueue[BaseTransport] = queue.SimpleQueue()
         for each in self._transports:
             self._idle.put(each)
-        # one connection: sent on the caller's thread, as if there were no pool at all
-        self._pool = ThreadPoolExecutor(count, thread_name_prefix="wire") if count > 1 else None
+        self._pool: ThreadPoolExecutor | None = None  # made on first use, again after close()
 
     def send(self, deliveries: Sequence[Delivery],
              send: Callable[[BaseTransport, Sequence[Delivery]], list[Outcome]]) -> Future:
@@ -42,8 +41,11 @@ class Wires:
             finally:
                 self._idle.put(transport)
 
-        if self._pool is not None:
+        if self.count > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.count, thread_name_prefix="wire")
             return self._pool.submit(on_the_wire)
+        # one connection: sent on the caller's thread, as if there were no pool at all
         done: Future = Future()
         try:
             done.set_result(on_the_wire())
@@ -52,8 +54,10 @@ class Wires:
         return done
 
     def close(self) -> None:
-        """Wait for the chunks on the wire, then close every connection."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        """Wait for the chunks on the wire, then close every connection (a later send opens
+        them again: a Worker may run() more than once)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         for transport in self._transports:
             transport.close()
