@@ -250,7 +250,9 @@ def test_the_list_and_the_page_follow_the_sends_without_a_reload(page, tenant):
     expect(page.locator(".growth-count--queued b")).to_have_text("1")
 
     page.goto(reverse("admin:growth_campaign_change", args=[campaign.pk]))
-    expect(page.locator(".growth-monitor .growth-monitor__svg rect")).to_have_count(1)
+    # one bar with sends in it (a minute that turned since the start adds an empty one)
+    expect(page.locator(".growth-monitor .growth-monitor__svg rect:not([height='0.0'])")
+           ).to_have_count(1)
     mark(campaign, "sent", 1, sent_ago="1 second")
     progress = page.locator(".field-progress_detail .growth-progress__label")
     expect(progress).to_have_text("4 / 4 sent (100.0%)", **poll)
