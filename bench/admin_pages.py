@@ -42,15 +42,16 @@ def big_campaign(audience) -> int:
     return campaign_id
 
 
-def run(*, campaign_id: int, repetitions: int) -> dict[str, dict]:
-    """{page: {"ms": median server time, "queries": n, "status": HTTP status}}."""
+def run(*, campaign_id: int, repetitions: int, pages: dict | None = None) -> dict[str, dict]:
+    """{page: {"ms": median server time, "queries": n, "status": HTTP status}}; ``pages`` as
+    PAGES (the default)."""
     user_model = get_user_model()
     user = (user_model.objects.filter(username="bench").first()
             or user_model.objects.create_superuser("bench", "bench@bench.example", "bench"))
     client = Client(HTTP_HOST="localhost")
     client.force_login(user)
     results = {}
-    for label, (name, with_id, query) in PAGES.items():
+    for label, (name, with_id, query) in (pages or PAGES).items():
         url = reverse(name, args=[campaign_id] if with_id else [])
         if query:
             url += "?" + query.format(id=campaign_id)

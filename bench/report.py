@@ -24,6 +24,13 @@ How each figure is taken (details in each module's docstring under `bench/`):
   does with an idempotent transport such as the null one, whose chunk is the whole batch. The
   targets are against the plain ceiling (claim + settle, as the issue defines it); the second
   column says how much of the gap the hand-over statement itself explains.
+- **minimal ceiling** (`bench/minimal.py`): the simplest two-phase send on a table with only
+  what the mission needs (id, campaign, address, status, `claimed_by`, lease; the primary key, a
+  unique `(campaign_id, email)` and the claim's partial `(campaign_id, id) WHERE status =
+  'queued'`): claim (`FOR UPDATE SKIP LOCKED`, queued → sending) then settle (→ sent), same batch
+  and worker processes, committing without waiting for the flush as the engine's claim and settle
+  do (the engine-statements ceiling above waits for it). What any at-most-once sender on
+  PostgreSQL writes at the least; the engine's target is 0.6× it.
 - **pgqueuer** (asyncpg driver, `batch_size` = the batch size, drain mode) and **procrastinate**
   (one job per fetch: no batch size; concurrency 1 per process) run async no-op tasks, one job per
   recipient, one process per worker; enqueueing is not on the clock.
@@ -36,6 +43,12 @@ How each figure is taken (details in each module's docstring under `bench/`):
   dkimpy, relaxed/relaxed); the raw loop signs each copy on the clock, and the sink checks that
   every message came signed. Beside them, the median time to sign the engine's message once,
   in process.
+- **SMTP with latency** (`smtp-latency`): the same sink, answering DATA after 0, 20 or 50 ms
+  (`asyncio.sleep`: it serves every connection meanwhile), against one process on C connections:
+  raw `smtplib` (C threads, one client each, pre-built copies of the engine's message from one
+  shared queue) and one `run_sender` with `SENDER_CONNECTIONS=C`, batch 20·C (a plain receiver
+  needs ≥ 5·C for each wire to get a 5-message chunk), plain and idempotent receiver. N is scaled
+  so that raw smtplib takes a few seconds (whole batches, at least 3).
 - **build**: `Send.objects.build_recipients` vs the same INSERT…SELECT alone vs a plain
   INSERT…SELECT of the same rows, each on an emptied `growth_sends` after a CHECKPOINT.
 - **memory**: one `run_sender --until-idle` over a whole campaign (build included); peak RSS is
@@ -101,8 +114,8 @@ def targets(results: dict) -> list[tuple[str, str, str, str]]:
     worker_counts = sorted({e["workers"] for e in through})
     for w in worker_counts:
         engine = _rate(through, "engine", PEER_BATCH, w)
-        for system, batch, floor in (("ceiling", PEER_BATCH, 0.5), ("pgqueuer", PEER_BATCH, 2.0),
-                                     ("procrastinate", None, 40.0)):
+        for system, batch, floor in (("ceiling", PEER_BATCH, 0.5), ("minimal ceiling", PEER_BATCH, 0.6),
+                                     ("pgqueuer", PEER_BATCH, 2.0), ("procrastinate", None, 40.0)):
             other = _rate(through, system, batch, w)
             if engine and other:
                 rows.append((f"engine b{PEER_BATCH}, {w} worker(s) ≥ {floor:g}× {system}",
@@ -119,6 +132,7 @@ def targets(results: dict) -> list[tuple[str, str, str, str]]:
                 rows.append((f"SMTP, {mode} receiver, {w} connection(s) ≥ 0.8× raw smtplib",
                              f"{engine:,.0f} vs {raw:,.0f} /s", _ratio(engine, raw),
                              _met(engine / raw >= 0.8)))
+    rows += _latency_targets(results.get("smtp_latency"))
     build = results.get("build")
     if build:
         med = {way: statistics.median(s) for way, s in build["seconds"].items()}
@@ -155,6 +169,7 @@ def targets(results: dict) -> list[tuple[str, str, str, str]]:
                              f"{big[name]['buffers']:,} vs {small[name]['buffers']:,} buffers",
                              _ratio(big[name]["sends_read"], small[name]["sends_read"]),
                              _met(big[name]["sends_read"] <= 1.1 * small[name]["sends_read"])))
+    rows += _huge_targets(results.get("huge"))
     return rows
 
 
@@ -176,19 +191,21 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
 
     through = results.get("throughput", [])
     if through:
-        systems = ["engine", "ceiling", "ceiling+hand_over", "pgqueuer", "procrastinate"]
+        systems = ["engine", "ceiling", "ceiling+hand_over", "minimal ceiling", "pgqueuer",
+                   "procrastinate"]
         out += ["", "## Recipients settled per second", "",
                 "| batch | workers | " + " | ".join(systems)
-                + " | engine / ceiling | engine / ceiling+hand_over | engine / pgqueuer "
-                  "| engine / procrastinate |",
-                "|---|---|" + "---|" * (len(systems) + 4)]
+                + " | engine / ceiling | engine / ceiling+hand_over | engine / minimal ceiling "
+                  "| engine / pgqueuer | engine / procrastinate |",
+                "|---|---|" + "---|" * (len(systems) + 5)]
         batches = sorted({e["batch"] for e in through if e["batch"]})
         for batch in batches:
             for w in sorted({e["workers"] for e in through}):
                 cells = [_cell(through, s, None if s == "procrastinate" else batch, w) for s in systems]
                 engine = _rate(through, "engine", batch, w)
                 ratios = [_ratio(engine, _rate(through, s, None if s == "procrastinate" else batch, w))
-                          for s in ("ceiling", "ceiling+hand_over", "pgqueuer", "procrastinate")]
+                          for s in ("ceiling", "ceiling+hand_over", "minimal ceiling", "pgqueuer",
+                                    "procrastinate")]
                 out.append(f"| {batch} | {w} | " + " | ".join(cells + ratios) + " |")
         procrastinate = [e for e in through if e["system"] == "procrastinate"]
         if procrastinate:
@@ -207,6 +224,8 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
                        f"| {_cell(smtp, 'smtp engine plain', config['smtp_batch'], w)} "
                        f"| {_cell(smtp, 'smtp engine idempotent', config['smtp_batch'], w)} "
                        f"| {_ratio(plain, raw)} | {_ratio(idem, raw)} |")
+    if results.get("smtp_latency"):
+        out += _smtp_latency(results["smtp_latency"])
     dkim = results.get("dkim")
     if dkim:
         cost = {key: statistics.median(values) for key, values in dkim["signing_us"].items()}
@@ -310,12 +329,67 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
                     "| engine /s |", "|---|---|---|"]
         out += [f"| {variant} | {r['ceiling+hand_over']:,.0f} | {r['engine']:,.0f} |"
                 for variant, r in experiments["indexes"].items()]
+    if results.get("directions"):
+        out += _directions(results["directions"])
+    if results.get("huge"):
+        out += _huge(results["huge"])
     if chart and through:
         out += ["", f"![recipients/s by batch size and worker count]({chart})"]
     out += ["", "## Method", "", METHOD,
             "What limits the engine, with the changes recommended: `bench/FINDINGS.md`. "
             "Scale-out notes: the README."]
     return "\n".join(out) + "\n"
+
+
+LATENCY_FLOOR = 0.8  # engine / raw smtplib at the same delay and C
+
+
+def _latency_rate(point: dict, contender: str) -> float | None:
+    seconds = point["seconds"].get(contender)
+    return _median_rate({"jobs": point["recipients"], "seconds": seconds}) if seconds else None
+
+
+def _latency_cell(point: dict, contender: str) -> str:
+    seconds = point["seconds"].get(contender)
+    if not seconds:
+        return "–"
+    entry = {"jobs": point["recipients"], "seconds": seconds}
+    spread = _spread(entry)
+    rate = _median_rate(entry)
+    return (f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}") + (
+        f" (±{spread / 2:.0%})" if spread > 0.10 else "")
+
+
+def _latency_targets(latency: dict | None) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for point in (latency or {}).get("points", []):
+        raw = _latency_rate(point, "smtplib")
+        for mode in ("plain", "idempotent"):
+            engine = _latency_rate(point, mode)
+            if raw and engine:
+                rows.append((f"SMTP, {mode} receiver answering in {point['delay_ms']} ms, "
+                             f"{point['connections']} connection(s) ≥ {LATENCY_FLOOR:g}× raw smtplib",
+                             f"{engine:,.1f} vs {raw:,.1f} /s", _ratio(engine, raw),
+                             _met(engine / raw >= LATENCY_FLOOR)))
+    return rows
+
+
+def _smtp_latency(latency: dict) -> list[str]:
+    rcpt = " and each RCPT" if latency.get("rcpt") else ""
+    out = ["", f"## SMTP with a receiver's latency (messages/s; one process on C connections; the "
+               f"receiver answers DATA{rcpt} after the delay; engine batch "
+               f"{latency['per_connection']}·C)", "",
+           "| delay | C | N | batch | raw smtplib | engine, plain receiver "
+           "| engine, idempotent receiver | plain / smtplib | idempotent / smtplib |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for point in latency["points"]:
+        raw = _latency_rate(point, "smtplib")
+        out.append(f"| {point['delay_ms']} ms | {point['connections']} | {point['recipients']:,} "
+                   f"| {point['batch']:,} | {_latency_cell(point, 'smtplib')} "
+                   f"| {_latency_cell(point, 'plain')} | {_latency_cell(point, 'idempotent')} "
+                   f"| {_ratio(_latency_rate(point, 'plain'), raw)} "
+                   f"| {_ratio(_latency_rate(point, 'idempotent'), raw)} |")
+    return out
 
 
 def _pacing(pacing: dict) -> list[str]:
@@ -393,7 +467,7 @@ def chart(results: dict, path: Path) -> None:
     workers = sorted({e["workers"] for e in through})
     styles = {"engine": ("#1f77b4", "-", "o"), "ceiling": ("#2ca02c", "--", "s"),
               "ceiling+hand_over": ("#98df8a", ":", "s"), "pgqueuer": ("#ff7f0e", "-.", "^"),
-              "procrastinate": ("#d62728", "-.", "v")}
+              "procrastinate": ("#d62728", "-.", "v"), "minimal ceiling": ("#17becf", "--", "D")}
     figure, axes = pyplot.subplots(1, len(batches), figsize=(5.5 * len(batches), 4.5), dpi=110,
                                    sharey=True, squeeze=False)
     for axis, batch in zip(axes[0], batches, strict=True):
@@ -416,3 +490,189 @@ def chart(results: dict, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path)
     pyplot.close(figure)
+
+
+# -- directions (`--only directions`) and one huge campaign (`--only huge`) ----------------------
+
+ADMIN_MS = 300  # the admin's pages and the live monitor's polls, at any campaign size
+STABLE = 1.5  # a claim later in a campaign reads at most this many times the first batch's buffers
+
+
+def _directions(found: dict) -> list[str]:
+    from bench.directions import rate
+
+    keys = list(found["directions"])
+    workers = sorted({int(w) for runs in found["seconds"].values() for w in runs})
+    out = ["", f"## Fewer writes per recipient: directions (`--only directions`; N = {found['size']:,}, "
+               f"batch {found['batch']}, medians; `bench/directions.py`)", "",
+           "Each direction is a table shape with the engine's claim and settle adapted to it, timed "
+           "as the ceiling is (bare psycopg loop, one process per worker, handed over at the claim "
+           "as with the null transport, commits not waiting for the flush); v is the engine's own "
+           "statements, every other direction's settle is planned with a hash join. *Engine, "
+           "projected*: 1 / (1/engine − 1/v + 1/direction), the engine if the time its statements "
+           "save went straight into its cycle (rough).", "",
+           "| contender | workers | recipients/s | ÷ a (as is) | ÷ minimal ceiling | engine, projected "
+           "| projected ÷ pgqueuer | projected ÷ minimal ceiling |", "|---|---|---|---|---|---|---|---|"]
+    for w in workers:
+        engine, pgqueuer = rate(found, "engine", w), rate(found, "pgqueuer", w)
+        minimal, as_is = rate(found, "minimal ceiling", w), rate(found, "a", w)
+        verbatim = rate(found, "v", w) or as_is
+        for name in ("engine", "engine, enable_nestloop off", "pgqueuer", "minimal ceiling"):
+            value = rate(found, name, w)
+            if value or name != "engine, enable_nestloop off":
+                out.append(f"| {name} | {w} | {value:,.0f} | {_ratio(value, as_is)} "
+                           f"| {_ratio(value, minimal)} | – "
+                           f"| {_ratio(value, pgqueuer) if name.startswith('engine') else '–'} | – |"
+                           if value else f"| {name} | {w} | – | – | – | – | – | – |")
+        for key in keys:
+            value = rate(found, key, w)
+            projected = (1 / (1 / engine - 1 / verbatim + 1 / value) if value and engine and verbatim
+                         and 1 / engine - 1 / verbatim + 1 / value > 0 else None)
+            out.append(f"| {key}: {found['directions'][key]} | {w} | "
+                       + (f"{value:,.0f}" if value else "–")
+                       + f" | {_ratio(value, as_is)} | {_ratio(value, minimal)} "
+                       + (f"| {projected:,.0f} " if projected else "| – ")
+                       + f"| {_ratio(projected, pgqueuer)} | {_ratio(projected, minimal)} |")
+    costs = found.get("costs", {})
+    if costs:
+        size = found["size"]
+        base = costs.get("a", {}).get("wal_per_recipient")
+        out += ["", "Writes per recipient (one worker, every claim and settle under EXPLAIN (ANALYZE, "
+                    "WAL): the statements' own WAL; row versions from `pg_stat_user_tables`; a row's "
+                    "bytes = the tables with their indexes ÷ N, freshly filled and after the run, no "
+                    "VACUUM; fill = copying the campaign's rows into the shape, indexes in place):", "",
+                "| contender | WAL bytes (claim + settle) | ÷ a | row versions | of which HOT "
+                "| bytes a row: fresh → after | fill, rows/s | the claim's plan: indexes; buffers at "
+                "the first, middle, last batch |", "|---|---|---|---|---|---|---|---|"]
+        for key, c in costs.items():
+            label = f"{key}: {found['directions'][key]}" if key in found["directions"] else key
+            fills = found.get("fill", {}).get(key)
+            out.append(f"| {label} | {c['wal_per_recipient']:,.0f} ({c['wal_claim']:,.0f} + "
+                       f"{c['wal_settle']:,.0f}) | {_ratio(c['wal_per_recipient'], base)} "
+                       f"| {c['updates_per_recipient']:.2f} | {c['hot_share']:.0%} "
+                       f"| {c['bytes_before'] / size:,.0f} → {c['bytes_after'] / size:,.0f} "
+                       + (f"| {size / statistics.median(fills):,.0f} " if fills else "| – ")
+                       + (f"| {', '.join(c['claim_indexes'])}; "
+                          + " / ".join(f"{b:,}" for b in c["claim_buffers"]) + " |"
+                          if "claim_indexes" in c else "| – |"))
+    return out
+
+
+def _huge_targets(huge: dict | None) -> list[tuple[str, str, str, str]]:
+    if not huge:
+        return []
+    rows, size = [], f"{huge['size']:,}"
+    seconds = huge["build"]["seconds"]
+    rows.append((f"build of {size} ≥ 0.9× plain INSERT…SELECT", f"{seconds['engine']:.0f} s vs "
+                 f"{seconds['plain']:.0f} s", _ratio(seconds["plain"], seconds["engine"]),
+                 _met(seconds["plain"] / seconds["engine"] >= 0.9)))
+    moments = huge["moments"]
+    first = moments.get("built")
+    for label, moment in moments.items():
+        if label == "built" or not first:
+            continue
+        for name in ("claim", "claim_paced"):
+            now, then = moment["claims"][name], first["claims"][name]
+            rows.append((f"{name} of a {size}-recipient campaign, {label}, reads ≤ {STABLE:g}× the "
+                         "first batch's buffers",
+                         f"{now['buffers']:,} vs {then['buffers']:,} buffers, {now['ms']:.1f} vs "
+                         f"{then['ms']:.1f} ms", _ratio(now["buffers"], then["buffers"]),
+                         _met(now["buffers"] <= STABLE * then["buffers"])))
+    pages = next(iter(moments.values()))["pages"]
+    for page in pages:
+        worst = max(moments, key=lambda m: moments[m]["pages"][page]["ms"])
+        ms = moments[worst]["pages"][page]["ms"]
+        ok = all(m["pages"][page]["ms"] <= ADMIN_MS and m["pages"][page]["status"] == 200
+                 for m in moments.values())
+        rows.append((f"admin {page} ({size} sends) ≤ {ADMIN_MS} ms at every moment",
+                     f"worst {ms:,.0f} ms ({worst})", "–", _met(ok)))
+    export = huge.get("export")
+    if export:
+        floor = export["floor"]["peak"]
+        for label in ("csv", "jsonl", "admin download (csv)"):
+            run = export.get(label)
+            if run:
+                rows.append((f"export {label} of {size} rows: peak RSS ≤ 1.2× an empty campaign's",
+                             f"{run['peak'] / 2**20:.0f} vs {floor / 2**20:.0f} MiB; first byte after "
+                             f"{run['first_byte']:.2f} s", _ratio(run["peak"], floor),
+                             _met(run["peak"] <= 1.2 * floor)))
+    return rows
+
+
+def _huge(huge: dict) -> list[str]:
+    size = huge["size"]
+    seconds, sizes = huge["build"]["seconds"], huge["build"]["bytes"]
+    out = ["", f"## One campaign of {size:,} recipients (`--only huge`, batch {huge['batch']}; "
+               f"the server's autovacuum: {huge['autovacuum']})", ""]
+    if huge["disk"]["asked"] != size:
+        out += [f"**Asked for {huge['disk']['asked']:,}; {size:,} is what fits** in half the "
+                f"{huge['disk']['free'] / 2**30:.0f} GiB free.", ""]
+    out += [f"Account generated in {huge['generated_in']:.0f} s. Build:", "",
+            "| way | seconds | rows/s | plain ÷ this |", "|---|---|---|---|"]
+    for way in ("engine", "statement", "plain"):
+        out.append(f"| {way} | {seconds[way]:.0f} | {size / seconds[way]:,.0f} "
+                   f"| {_ratio(seconds['plain'], seconds[way])} |")
+    end = huge.get("bytes_at_end", sizes)
+    out += ["", f"growth_sends: {sizes['heap'] / 2**30:.2f} GiB of heap and {sizes['indexes'] / 2**30:.2f} "
+                f"GiB of indexes built ({(sizes['heap'] + sizes['indexes']) / size:,.0f} bytes a row); "
+                f"{end['heap'] / 2**30:.2f} + {end['indexes'] / 2**30:.2f} GiB when all are sent "
+                f"(one VACUUM at half). Largest indexes at the end: "
+                + ", ".join(f"`{name}` {n / 2**20:,.0f} MiB" for name, n in list(end["each"].items())[:4])
+                + ".", "",
+            "The claim of one campaign and the settle of the batch it took (EXPLAIN (ANALYZE, "
+            "BUFFERS), median of 5 after a warm-up, rolled back; *thrown away*: rows a join paired "
+            "and its Join Filter rejected; plans in `bench/out/huge-plans.txt`):", "",
+            "| moment | sent | claim ms | buffers (read) | growth_sends rows read | claim_paced ms "
+            "| buffers (read) | growth_sends rows read | settle ms | buffers | thrown away |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for label, moment in huge["moments"].items():
+        c, p = moment["claims"]["claim"], moment["claims"]["claim_paced"]
+        s = moment["claims"].get("settle")
+        out.append(f"| {label} | {moment['sent']:,} | {c['ms']:.2f} | {c['buffers']:,} ({c['read']:,}) "
+                   f"| {c['sends_read']:,} | {p['ms']:.2f} | {p['buffers']:,} ({p['read']:,}) "
+                   f"| {p['sends_read']:,} | "
+                   + (f"{s['ms']:.2f} | {s['buffers']:,} | {s['join_filtered']:,} |" if s
+                      else "– | – | – |"))
+    loop = huge.get("loop", [])
+    if loop:
+        out += ["", f"The first half, the engine's claim and settle in a bare loop (one connection; "
+                    f"first claim {loop[0].get('first_claim_ms', 0):.1f} ms), by slice:", "",
+                "| sent | claim ms (mean, worst) | settle ms | recipients/s |", "|---|---|---|---|"]
+        out += [f"| {s['done']:,} | {s['claim_ms']:.1f}, {s['claim_max']:.0f} | {s['settle_ms']:.1f} "
+                f"| {s['rate']:,.0f} |" for s in loop]
+    if "vacuum_seconds" in huge:
+        out += ["", f"VACUUM of growth_sends at half: {huge['vacuum_seconds']:.0f} s."]
+    run = huge.get("engine")
+    if run:
+        rates = [point["rate"] for point in run["curve"]]
+        if len(rates) >= 10:  # by tenth of the run
+            rates = [statistics.mean(rates[i * len(rates) // 10:(i + 1) * len(rates) // 10])
+                     for i in range(10)]
+        out += ["", f"The second half, {run['workers']} `run_sender` processes (null transport): "
+                    f"{run['rows']:,} in {run['seconds']:.0f} s, {run['rows'] / run['seconds']:,.0f} /s; "
+                    "over the run (by tenth, or by sample when fewer): "
+                    + ", ".join(f"{r:,.0f}" for r in rates) + " /s."]
+    moments = huge["moments"]
+    labels = list(moments)
+    pages = list(next(iter(moments.values()))["pages"])
+    out += ["", f"Admin pages and the live monitor (median server time of {huge['page_repetitions']} "
+                "fetches after a warm-up; "
+                "SQL queries):", "",
+            "| page | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    for page in pages:
+        out.append(f"| {page} | " + " | ".join(
+            f"{moments[m]['pages'][page]['ms']:,.0f} ms ({moments[m]['pages'][page]['queries']})"
+            for m in labels) + " |")
+    export = huge.get("export")
+    if export:
+        out += ["", "Export (a fresh process writing into a pipe the bench drains; rows/s after the "
+                    "first byte):", "",
+                "| export | first byte | rows/s | peak RSS |", "|---|---|---|---|"]
+        for label in ("csv", "jsonl", "admin download (csv)"):
+            if label in export:
+                e = export[label]
+                out.append(f"| {label} | {e['first_byte']:.2f} s | {e['rows_per_s']:,.0f} "
+                           f"| {e['peak'] / 2**20:.0f} MiB |")
+        out += ["", f"An empty campaign's export peaks at {export['floor']['peak'] / 2**20:.0f} MiB; a page "
+                    f"from the middle of the campaign: {export['page']['ms']:.1f} ms."]
+    return out

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DATABASE = "zylior_bench"
-FAMILIES = ["ceiling", "engine", "peers", "smtp", "build", "memory", "admin", "export", "profile",
-            "pacing"]
-OPT_IN = ["experiments"]  # only with --only
+DATABASE = os.environ.get("BENCH_DATABASE", "zylior_bench")  # another name: runs side by side
+FAMILIES = ["ceiling", "minimal", "engine", "peers", "smtp", "build", "memory", "admin", "export", "profile",
+            "pacing", "smtp-latency"]
+OPT_IN = ["experiments", "directions", "huge"]  # only with --only
 QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000, "dkim_recipients": 1_000,
          "build_subscribers": 100_000, "memory_sizes": "5000,50000", "admin_sends": 100_000,
          "export_sizes": "10000,100000", "pacing_seconds": 20.0, "pacing_sizes": "10000,100000"}
@@ -44,6 +44,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dkim-recipients", type=int,
                         help="N of the SMTP family's DKIM runs, unsigned and signed (5,000: RSA "
                              "signs ~100 messages/s)")
+    parser.add_argument("--latency-delays", default="0,20,50",
+                        help="smtp-latency: ms the receiver waits before answering DATA (0,20,50)")
+    parser.add_argument("--latency-connections", default="1,8,32",
+                        help="smtp-latency: C, raw smtplib's threads and the engine's connections")
+    parser.add_argument("--latency-seconds", type=float,
+                        help="smtp-latency: N is scaled for raw smtplib to take about this long "
+                             "(3; --quick: 1.5)")
+    parser.add_argument("--latency-repetitions", type=int,
+                        help="smtp-latency: runs of each figure (--repetitions; --quick: 1)")
+    parser.add_argument("--latency-batch", type=int, default=20,
+                        help="smtp-latency: the engine's batch per connection, --batch-size "
+                             "20·C (a plain receiver needs ≥ 5·C)")
+    parser.add_argument("--latency-rcpt", action="store_true",
+                        help="smtp-latency: delay each RCPT's reply too")
     parser.add_argument("--build-subscribers", type=int, help="the build's account (1,000,000)")
     parser.add_argument("--memory-sizes", help="recipients of the memory runs (10000,1000000)")
     parser.add_argument("--memory-batch", type=int, default=500)
@@ -57,6 +71,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pacing-sizes", help="rows of the campaigns whose claim is explained "
                                                "(100000,1000000)")
     parser.add_argument("--pacing-batch", type=int, default=500, help="the explained claims' batch")
+    parser.add_argument("--directions", default="v,a,b,c,d,e,f",
+                        help="directions: which table shapes (bench/directions.py)")
+    parser.add_argument("--huge-size", type=int,
+                        help="huge: the campaign's recipients (10,000,000; --quick: 200,000)")
     parser.add_argument("--only", default=",".join(FAMILIES), help=f"some of {','.join(FAMILIES + OPT_IN)}")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="logs, raw profiles, JSON")
     parser.add_argument("--publish", action=argparse.BooleanOptionalAction, default=None,
@@ -155,6 +173,15 @@ def measure(args: argparse.Namespace) -> dict:
         results["pacing"] = _pacing(args)
     if "experiments" in want:
         results["experiments"] = _experiments(args)
+    if "directions" in want:
+        results["directions"] = _directions(args)
+    if "huge" in want:
+        from bench import huge
+
+        results["huge"] = huge.measure(size=args.huge_size or (200_000 if args.quick else 10_000_000),
+                                       out=args.out, say=say)
+    if "smtp-latency" in want:
+        results["smtp_latency"] = _smtp_latency(args)
     results["machine"]["load"] += f"; at the end: {machine.load()}"
     return results
 
@@ -168,6 +195,11 @@ def _throughput(want, args, audience, batch, count, record) -> None:
                ceiling.run(audience=audience, batch_size=batch, workers=count, hand_over=False))
         record("ceiling+hand_over", batch, count, n,
                ceiling.run(audience=audience, batch_size=batch, workers=count, hand_over=True))
+    if "minimal" in want:
+        from bench import minimal
+
+        record("minimal ceiling", batch, count, n,
+               minimal.run(size=n, batch_size=batch, workers=count))
     if "engine" in want:
         record("engine", batch, count, n,
                engine.run(audience=audience, batch_size=batch, workers=count, out=args.out))
@@ -207,6 +239,18 @@ def _dkim(args, record) -> dict[str, float]:
     cost = smtp.signing_cost(audience)
     say("  DKIM signing, one message: " + ", ".join(f"{k} {cost[k]:,.0f} µs" for k in smtp.DKIM))
     return cost
+
+
+def _smtp_latency(args) -> dict:
+    """Raw smtplib and the engine (plain and idempotent receiver) on C connections each, against
+    a receiver that answers DATA after a delay (``bench.smtp_latency``)."""
+    from bench import smtp_latency
+
+    return smtp_latency.measure(
+        delays_ms=_ints(args.latency_delays), connections=_ints(args.latency_connections),
+        seconds=args.latency_seconds or (1.5 if args.quick else 3.0),
+        repetitions=args.latency_repetitions or (1 if args.quick else args.repetitions),
+        per_connection=args.latency_batch, rcpt=args.latency_rcpt, out=args.out, say=say)
 
 
 def _build(args) -> dict:
@@ -303,6 +347,15 @@ def _experiments(args) -> dict:
     for variant, rates in indexes.items():
         say(f"experiment: {variant}: " + ", ".join(f"{k} {v:,.0f} /s" for k, v in rates.items()))
     return {"indexes": indexes}
+
+
+def _directions(args) -> dict:
+    from bench import data, directions
+
+    audience = data.audience(args.recipients)
+    return directions.measure(audience=audience, batch_size=args.profile_batch,
+                              workers=_ints(args.workers), repetitions=args.repetitions,
+                              out=args.out, keys=args.directions.split(","), say=say)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,13 +9,20 @@ DKIM: the same two, on a smaller audience, unsigned and signed with the platform
 (RSA-2048, Ed25519; the tests' keys), so that signed / unsigned is a ratio of the same run; the
 raw loop signs each copy on the clock too, and the sink counts what came signed. Beside them, the
 cost of signing one message in process (``signing_cost``).
+
+The sink can also answer like a real relay, in tens of milliseconds: ``Sink.answer_after`` delays
+its reply to DATA (and, when asked, to each RCPT) with ``asyncio.sleep``, so that the one sink
+process keeps serving every other connection meanwhile (``bench.smtp_latency``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import smtplib
 import socket
+import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from bench.procs import SPAWN, timed_pool
@@ -32,11 +39,19 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _sink(port: int, accepted, signed, ready, stop) -> None:
+def _sink(port: int, accepted, signed, delays, ready, stop) -> None:
     from aiosmtpd.controller import Controller
 
     class Counting:
+        async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+            if delays[1]:
+                await asyncio.sleep(delays[1])
+            envelope.rcpt_tos.append(address)
+            return "250 OK"
+
         async def handle_DATA(self, server, session, envelope):
+            if delays[0]:
+                await asyncio.sleep(delays[0])
             with accepted.get_lock():
                 accepted.value += 1
             if envelope.original_content.startswith(b"DKIM-Signature:"):
@@ -58,10 +73,11 @@ class Sink:
     def __init__(self) -> None:
         self.port = _free_port()
         self.accepted, self.signed = SPAWN.Value("q", 0), SPAWN.Value("q", 0)
+        self._delays = SPAWN.Array("d", 2)  # seconds before the reply to DATA, to each RCPT
         self._ready, self._stop = SPAWN.Event(), SPAWN.Event()
         self._process = SPAWN.Process(target=_sink, daemon=True,
-                                      args=(self.port, self.accepted, self.signed, self._ready,
-                                            self._stop))
+                                      args=(self.port, self.accepted, self.signed, self._delays,
+                                            self._ready, self._stop))
 
     @property
     def url(self) -> str:
@@ -79,6 +95,11 @@ class Sink:
         self._process.join(timeout=30)
         if self._process.is_alive():
             self._process.kill()
+
+    def answer_after(self, data: float, *, rcpt: float = 0.0) -> None:
+        """From now on, wait ``data`` seconds before answering DATA and ``rcpt`` before answering
+        each RCPT (0: at once), on every connection independently."""
+        self._delays[0], self._delays[1] = data, rcpt
 
     def reset(self) -> None:
         for counter in (self.accepted, self.signed):
@@ -126,9 +147,56 @@ def raw_run(*, audience, workers: int, sink: Sink, dkim: str | None = None) -> f
     return result.seconds
 
 
+def raw_threads_work(index: int, ready, port: int, template: bytes, size: int,
+                     connections: int) -> int:
+    """Send ``size`` pre-built messages over ``connections`` connections at once, one thread and
+    one smtplib client each, every thread taking the next message from one shared queue (so that
+    none idles while another has a backlog); return how many were sent."""
+    messages = deque((to, template.replace(SAMPLE_EMAIL.encode(), to.encode()))
+                     for to in (f"r{n}@bench.example" for n in range(1, size + 1)))
+    clients = [smtplib.SMTP("127.0.0.1", port, timeout=30) for _ in range(connections)]
+    for client in clients:
+        client.ehlo()
+    errors: list[BaseException] = []
+
+    def drain(client: smtplib.SMTP) -> None:
+        try:
+            while True:
+                try:
+                    to, message = messages.popleft()  # atomic: no lock needed
+                except IndexError:
+                    return
+                client.sendmail(FROM, [to], message)
+        except BaseException as exc:  # re-raised on the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drain, args=(client,)) for client in clients]
+    ready()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for client in clients:  # no QUIT round trip: the engine's clock stops before it says goodbye
+        client.close()
+    if errors:
+        raise errors[0]
+    return size
+
+
+def raw_threads_run(*, audience, connections: int, sink: Sink) -> float:
+    """Seconds for one process to send the audience over ``connections`` smtplib connections."""
+    template = sample_message(audience)
+    sink.reset()
+    result = timed_pool(1, raw_threads_work, sink.port, template, audience.size, connections)
+    sink.check(audience.size, dkim=None)
+    return result.seconds
+
+
 def engine_run(*, audience, workers: int, batch_size: int, sink: Sink, idempotent: bool, out,
-               dkim: str | None = None) -> float:
-    """``dkim``: an algorithm, to sign every message with the platform's key of it."""
+               dkim: str | None = None, connections: int | None = 1, name: str = "smtp") -> float:
+    """``dkim``: an algorithm, to sign every message with the platform's key of it;
+    ``connections``: each worker's (SENDER_CONNECTIONS; 1, as the raw loop it is set against;
+    None: the engine's default)."""
     from bench import engine  # not at the top: the spawned workers here must not import Django
 
     sink.reset()
@@ -137,10 +205,12 @@ def engine_run(*, audience, workers: int, batch_size: int, sink: Sink, idempoten
     if dkim:
         env.update(DKIM_DOMAIN="bench.example", DKIM_SELECTOR="bench", DKIM_ALGORITHM=dkim,
                    DKIM_PRIVATE_KEY_FILE=str(DKIM_KEYS / DKIM[dkim]))
+    if connections is not None:
+        env["SENDER_CONNECTIONS"] = str(connections)
     seconds = engine.run(
         audience=audience, batch_size=batch_size, workers=workers, out=out,
         transport="growth.sending.transports.django_mail.DjangoMailTransport", env=env,
-        name=f"smtp-{'idempotent' if idempotent else 'plain'}{f'-{dkim}' if dkim else ''}")
+        name=f"{name}-{'idempotent' if idempotent else 'plain'}{f'-{dkim}' if dkim else ''}")
     sink.check(audience.size, dkim=dkim)
     return seconds
 

@@ -20,6 +20,16 @@ RESULTS = {
         {"system": "smtplib", "batch": None, "workers": 1, "jobs": 1000, "seconds": [1.0, 1.0]},
         {"system": "smtp engine plain", "batch": 500, "workers": 1, "jobs": 1000, "seconds": [2.0, 2.0]},
     ],
+    "smtp_latency": {
+        "delays_ms": [0, 50], "connections": [1, 32], "per_connection": 20, "rcpt": False,
+        "seconds_target": 4.0,
+        "points": [
+            {"delay_ms": 50, "connections": 1, "batch": 20, "recipients": 80,
+             "seconds": {"smtplib": [4.0, 4.0], "plain": [4.4, 4.6], "idempotent": [4.2, 4.2]}},
+            {"delay_ms": 50, "connections": 32, "batch": 640, "recipients": 2560,
+             "seconds": {"smtplib": [4.0, 4.0], "plain": [8.0, 4.0], "idempotent": [5.0, 5.0]}},
+        ],
+    },
     "build": {"size": 1000, "generated_in": 0.1,
               "seconds": {"engine": [1.0, 1.0], "statement": [1.0, 1.0], "plain": [0.95, 0.95]}},
     "memory": {"batch": 500, "sizes": {"10": {"peak": 100, "seconds": 1},
@@ -58,6 +68,10 @@ def test_targets_are_ratios_in_the_same_run():
     assert rows["engine b500, 1 worker(s) ≥ 2× pgqueuer"] == ("2.00×", "**met**")
     assert rows["engine b500, 1 worker(s) ≥ 40× procrastinate"] == ("40.00×", "**met**")
     assert rows["SMTP, plain receiver, 1 connection(s) ≥ 0.8× raw smtplib"] == ("0.50×", "**not met**")
+    latency = "SMTP, {} receiver answering in 50 ms, {} connection(s) ≥ 0.8× raw smtplib"
+    assert rows[latency.format("plain", 1)] == ("0.89×", "**met**")  # 80 / 4.5 s vs 80 / 4 s
+    assert rows[latency.format("idempotent", 32)] == ("0.80×", "**met**")
+    assert rows[latency.format("plain", 32)] == ("0.67×", "**not met**")  # median of 8 s and 4 s
     assert rows["build 1,000 ≥ 0.9× plain INSERT…SELECT"] == ("0.95×", "**met**")
     assert rows["peak RSS at 1,000 ≤ 1.2× at 10"] == ("1.10×", "**met**")
     assert rows["admin campaign list (1,000 sends) ≤ 300 ms"][1] == "**not met**"
@@ -74,5 +88,76 @@ def test_markdown_puts_targets_first_and_shows_noise(tmp_path):
     assert "(±33%)" in text  # engine batch 20: 500 and 250 /s around a median of 375
     assert "| made by the first throttle | 30 | 15 | 0.50 | 0.02× | 0.03× | 0.20 → 0.21 /s | 5.0 s |" in text
     assert "| claim_paced / claim at 1,000,000 | 0.75× | 0.71× | 2.13× | 0.89× |" in text
+    assert ("| 50 ms | 32 | 2,560 | 640 | 640 | 427 (±33%) | 512 | 0.67× | 0.80× |"
+            in text)  # plain: 320 and 640 /s, N over the median of 8 and 4 s
     report.chart(RESULTS, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _claim(ms: float, buffers: int) -> dict:
+    return {"ms": ms, "buffers": buffers, "read": 0, "sends_read": 1500, "claimed": 500}
+
+
+DIRECTIONS = {
+    "batch": 500, "size": 1000, "directions": {"a": "as is", "e": "c + d"}, "indexes": [],
+    "seconds": {"engine": {"1": [1.0]}, "pgqueuer": {"1": [0.5]}, "minimal ceiling": {"1": [0.25]},
+                "a": {"1": [0.5]}, "e": {"1": [0.25]}},
+    "fill": {"a": [0.1], "e": [0.2]},
+    "costs": {
+        "a": {"wal_per_recipient": 1500.0, "wal_claim": 800.0, "wal_settle": 700.0,
+              "updates_per_recipient": 2.0, "hot_share": 0.0, "bytes_before": 400_000,
+              "bytes_after": 900_000},
+        "e": {"wal_per_recipient": 750.0, "wal_claim": 375.0, "wal_settle": 375.0,
+              "updates_per_recipient": 2.0, "hot_share": 0.5, "bytes_before": 500_000,
+              "bytes_after": 700_000},
+    },
+}
+HUGE = {
+    "size": 10_000_000, "batch": 500, "autovacuum": "off", "page_repetitions": 3, "generated_in": 300.0,
+    "disk": {"free": 80 * 2**30, "needed": 30 * 10**9, "asked": 10_000_000},
+    "build": {"seconds": {"engine": 400.0, "statement": 380.0, "plain": 320.0},
+              "bytes": {"heap": 2**31, "indexes": 2**31, "each": {"send_unique_address": 2**29}}},
+    "moments": {
+        "built": {"sent": 0, "pages": {"campaign list": {"ms": 120.0, "queries": 8, "status": 200}},
+                  "claims": {"claim": _claim(5.0, 20_000), "claim_paced": _claim(6.0, 21_000),
+                             "settle": {"ms": 80.0, "buffers": 22_000, "read": 0,
+                                        "join_filtered": 249_500}}},
+        "half sent": {"sent": 5_000_000,
+                      "pages": {"campaign list": {"ms": 450.0, "queries": 8, "status": 200}},
+                      "claims": {"claim": _claim(30.0, 40_000), "claim_paced": _claim(7.0, 21_000)}},
+    },
+    "loop": [{"done": 500_000, "claim_ms": 5.0, "claim_max": 9.0, "settle_ms": 80.0, "rate": 5000.0,
+              "batches": 1000, "first_claim_ms": 4.0}],
+    "vacuum_seconds": 120.0,
+    "engine": {"workers": 2, "rows": 5_000_000, "seconds": 500.0,
+               "curve": [{"at": 5.0, "sent": 50_000, "rate": 10_000.0}]},
+    "export": {"floor": {"peak": 100 * 2**20}, "page": {"ms": 2.0},
+               "csv": {"first_byte": 0.5, "seconds": 100.0, "bytes": 1, "lines": 10_000_001,
+                       "peak": 110 * 2**20, "rows_per_s": 100_000.0}},
+}
+
+
+def test_minimal_ceiling_directions_and_a_huge_campaign():
+    results = {**RESULTS, "directions": DIRECTIONS, "huge": HUGE,
+               "throughput": [*RESULTS["throughput"], {"system": "minimal ceiling", "batch": 500,
+                                                       "workers": 1, "jobs": 1000, "seconds": [0.5, 0.5]}]}
+    rows = {target: (figures, ratio, met) for target, figures, ratio, met in report.targets(results)}
+    assert rows["engine b500, 1 worker(s) ≥ 0.6× minimal ceiling"][1:] == ("0.50×", "**not met**")
+    assert rows["build of 10,000,000 ≥ 0.9× plain INSERT…SELECT"][1:] == ("0.80×", "**not met**")
+    later = "of a 10,000,000-recipient campaign, half sent, reads ≤ 1.5× the first batch's buffers"
+    assert rows[f"claim {later}"][1:] == ("2.00×", "**not met**")
+    assert rows[f"claim_paced {later}"][1:] == ("1.00×", "**met**")
+    assert rows["admin campaign list (10,000,000 sends) ≤ 300 ms at every moment"] == (
+        "worst 450 ms (half sent)", "–", "**not met**")
+    assert rows["export csv of 10,000,000 rows: peak RSS ≤ 1.2× an empty campaign's"][1:] == (
+        "1.10×", "**met**")
+    text = report.markdown(results)
+    assert ("| 500 | 1 | 1,000 | 2,222 (±11%) | – | 2,000 | 500 | 25 | 0.45× | – | 0.50× | 2.00× "
+            "| 40.00× |") in text
+    # e: 4,000 /s, twice a; the engine projected: 1 / (1/1,000 - 1/2,000 + 1/4,000)
+    assert "| e: c + d | 1 | 4,000 | 2.00× | 1.00× | 1,333 | 0.67× | 0.33× |" in text
+    assert "| e: c + d | 750 (375 + 375) | 0.50× | 2.00 | 50% | 500 → 700 | 5,000 | – |" in text
+    assert ("| half sent | 5,000,000 | 30.00 | 40,000 (0) | 1,500 | 7.00 | 21,000 (0) | 1,500 "
+            "| – | – | – |") in text
+    assert ("| built | 0 | 5.00 | 20,000 (0) | 1,500 | 6.00 | 21,000 (0) | 1,500 | 80.00 | 22,000 "
+            "| 249,500 |") in text

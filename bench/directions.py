@@ -1,0 +1,479 @@
+"""Fewer writes per recipient (issue 17, item 3): the directions, measured on copies of
+growth_sends, never on the engine's table: ``python -m bench --only directions`` (opt-in).
+
+Each direction is a table shape with its claim and settle, both the engine's statements with the
+same checks, changed only where the shape changes them (``bench/directions.sql``):
+
+  v  as is: a copy of growth_sends (same columns, defaults, checks, indexes; no foreign keys,
+     which a claim or settle never checks), the engine's claim and settle verbatim
+  a  as v, the claim starting after the worker's hand (``AND s.id > <the last id it
+     claimed>``, as claim_paced's window does; see directions.sql) and the settle planned with a
+     hash join (``SET LOCAL enable_nestloop = off`` in its query string): from some 100,000 rows
+     on, and on the lease directions' copies at any size, the planner joins the batch's rows to
+     the outcomes (``unnest``) in a nested loop whose Join Filter pairs 500 × 500 rows (an
+     estimate of 1 row for ``claimed_by = <worker>``, or ``lease_id = <lease>``, on statistics
+     where no row has it): ~70–100 ms instead of ~8 per batch. Every direction below claims and
+     settles that way too, so that they compare table shapes, not plans.
+  b  as is without ``send_leased`` and ``send_queued``
+  c  the columns a claim or settle writes (status, attempts, lease, claimed_by, hand-over and
+     attempt times, next attempt, sent_at, last error, provider id, updated_at) in a narrow table
+     ``dir_state`` (one row per send, keyed by the send's id) with the indexes that read them;
+     the wide row (address, subscriber, campaign, job id) written once
+  d  a lease per batch: the claim leaves status 'queued' and writes ``lease_id`` (one row of
+     ``dir_leases`` per batch) and columns no index reads: HOT, in a table with fillfactor 50
+  e  c and d together
+  f  e with fillfactor 30: at 50 a claim's row versions do not all fit on their page (the claim
+     fills lease_id, handed_over_at, first_attempt_at and claimed_by: each version is larger than
+     the one it replaces, and none of the claim's own old versions can be pruned before it
+     commits), so some are not HOT
+
+Every repetition times each direction as the ceiling is timed (one process per worker, a bare
+psycopg loop of claim then settle, one autocommit statement each, committing without waiting for
+the flush as the engine does) beside the engine itself (null transport), the engine with
+``enable_nestloop`` off for its sessions (libpq's ``PGOPTIONS``: the settle's plan, see a),
+pgqueuer and the minimal ceiling (``bench.minimal``), all on the same N and batch. The copy is
+refilled from a campaign the engine built before each run, off the clock (the fill's time is
+reported: the direction's build cost). Then, once per direction and off the clock, a cost pass
+claims and settles the whole copy under EXPLAIN (ANALYZE, WAL, BUFFERS): WAL bytes per recipient
+from the statements themselves, so that another database's activity on the server does not
+count; row versions and the HOT share from ``pg_stat_user_tables``; which indexes the claim's
+plan read, and its buffers at the first, middle and last batch (a–f's hand keeps them flat even
+when the planner walks the primary key; v's claim has none).
+
+"engine, projected" is what the engine would do with a direction if the time its claim and
+settle save went straight into the worker's cycle: 1 / (1/engine − 1/v + 1/direction), per worker
+count (v: the engine's own statements). Rough: the engine's settle runs on a thread beside the
+next claim, and on two cores the workers' Python competes with PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.db import connection
+
+from bench.procs import timed_pool
+
+HERE = Path(__file__).resolve().parent
+SENDS_SQL = HERE.parent / "growth" / "managers" / "sends.sql"
+LEASE = 300.0  # seconds, the engine's default
+SETTLE_POLICY = {"retry_for": 48 * 3600.0, "throttle_delay": 1.0, "backoff_base": 30.0,
+                 "backoff_max": 3600.0}  # the engine's defaults
+NO_FLUSH_WAIT = "SET LOCAL synchronous_commit = off;\n"  # as growth.managers.queries sends it
+PLAN_FIX = "SET LOCAL enable_nestloop = off;\n"  # the settle's join: a hash, never 500 by 500
+# written by a claim or a settle (or by recovery and follow-ups): dir_state's columns in c and e
+HOT_COLUMNS = ["status", "attempts", "lease_expires_at", "handed_over_at", "claimed_by",
+               "next_attempt_at", "provider_message_id", "last_error", "sent_at", "updated_at",
+               "first_attempt_at"]
+TABLES = ["dir_state", "dir_wide", "dir_sends", "dir_leases"]
+NO_NESTLOOP = "engine, enable_nestloop off"
+
+
+@dataclass(frozen=True, slots=True)
+class Direction:
+    label: str
+    split: bool = False  # the hot columns in dir_state
+    lease: bool = False  # a lease per batch
+    fillfactor: int = 100  # of the table the claim writes
+    without: tuple[str, ...] = ()  # growth_sends indexes not copied
+    plan_fix: bool = True  # the settle planned with a hash join, the claim after the worker's hand
+
+    @property
+    def tables(self) -> list[str]:
+        return ["dir_wide", "dir_state"] if self.split else ["dir_sends"]
+
+    @property
+    def statements(self) -> tuple[str, str]:
+        """The names of its (claim, settle) in :func:`statements`."""
+        if self.split:
+            return ("claim_state_lease", "settle_state_lease") if self.lease else ("claim_state",
+                                                                                   "settle_state")
+        if self.lease:
+            return "claim_lease", "settle_lease"
+        return ("claim_hand" if self.plan_fix else "claim"), "settle"
+
+
+DIRECTIONS = {
+    "v": Direction("as is, the engine's settle as planned", plan_fix=False),
+    "a": Direction("as is"),
+    "b": Direction("without send_leased, send_queued", without=("send_leased", "send_queued")),
+    "c": Direction("hot columns in a narrow table", split=True),
+    "d": Direction("a lease per batch, HOT claim (fillfactor 50)", lease=True, fillfactor=50),
+    "e": Direction("c + d", split=True, lease=True, fillfactor=50),
+    "f": Direction("c + d, fillfactor 30 (room for every claim to be HOT)", split=True, lease=True,
+                   fillfactor=30),
+}
+
+
+def statements() -> dict[str, str]:
+    """{name: SQL}: the engine's claim and settle on dir_sends, and directions.sql's."""
+    from growth.managers.queries import load
+
+    text = SENDS_SQL.read_text() + "\n" + (HERE / "directions.sql").read_text()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "directions.sql"
+        path.write_text(text)
+        loaded = load(path)
+    claim = re.sub(r"\bgrowth_sends\b", "dir_sends", loaded["claim"])
+    queued = "     WHERE s.status = 'queued'\n"
+    assert claim.count(queued) == 1, "sends.sql's claim changed: see directions.statements"
+    return {"claim": claim, "claim_hand": claim.replace(queued, queued + "       AND s.id > %(after)s\n"),
+            "settle": re.sub(r"\bgrowth_sends\b", "dir_sends", loaded["settle"]),
+            **{name: loaded[name] for name in ("claim_state", "settle_state", "claim_lease",
+                                               "settle_lease", "claim_state_lease",
+                                               "settle_state_lease")}}
+
+
+# -- the tables -----------------------------------------------------------------------------------
+
+def _columns() -> list[str]:
+    """growth_sends's columns a row is inserted with (not the generated job_id)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT attname FROM pg_attribute WHERE attrelid = 'growth_sends'::regclass "
+                       "AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _indexes() -> list[tuple[str, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes "
+                       "WHERE schemaname = current_schema() AND tablename = 'growth_sends' "
+                       "ORDER BY indexname")
+        return cursor.fetchall()
+
+
+def _hot(definition: str) -> bool:
+    return any(re.search(rf"\b{column}\b", definition) for column in HOT_COLUMNS)
+
+
+def _copied(name: str, definition: str, table: str) -> str:
+    """growth_sends's index as one of ``table``'s (dir_state: keyed by send_id)."""
+    definition = definition.replace(f"INDEX {name} ON", f"INDEX dir_{name} ON", 1)
+    definition = re.sub(r" ON (\S+\.)?growth_sends ", f" ON {table} ", definition, count=1)
+    if table == "dir_state":
+        definition = re.sub(r"\bid\b", "send_id", definition)
+    return definition
+
+
+def create(direction: Direction) -> list[str]:
+    """DDL for the direction's (empty) tables and indexes; the indexes come first, as on the
+    engine's table, so that the fill pays for them as the build does."""
+    drop = f"DROP TABLE IF EXISTS {', '.join(TABLES)} CASCADE"
+    ddl = [drop, "CREATE TABLE dir_leases (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+                 "campaign_id bigint NOT NULL, worker_id varchar(200) NOT NULL, "
+                 "expires_at timestamptz NOT NULL, send_ids bigint[] NOT NULL)"]
+    indexes = [(n, d) for n, d in _indexes() if n not in direction.without]
+    if not direction.split:
+        ddl.append("CREATE TABLE dir_sends (LIKE growth_sends INCLUDING ALL EXCLUDING INDEXES) "
+                   f"WITH (fillfactor = {direction.fillfactor})")
+        ddl += [_copied(n, d, "dir_sends") for n, d in indexes]
+    else:
+        ddl.append("CREATE TABLE dir_wide (LIKE growth_sends INCLUDING DEFAULTS INCLUDING GENERATED "
+                   "INCLUDING IDENTITY)")
+        ddl.append("ALTER TABLE dir_wide " + ", ".join(f"DROP COLUMN {c}" for c in HOT_COLUMNS))
+        keep = {"id", "campaign_id", "destination_id", *HOT_COLUMNS}
+        ddl.append("CREATE TABLE dir_state (LIKE growth_sends INCLUDING DEFAULTS INCLUDING "
+                   f"CONSTRAINTS) WITH (fillfactor = {direction.fillfactor})")
+        ddl.append("ALTER TABLE dir_state " + ", ".join(
+            f"DROP COLUMN {c}" for c in [*_columns(), "job_id"] if c not in keep))
+        ddl.append("ALTER TABLE dir_state RENAME COLUMN id TO send_id")
+        ddl.append("ALTER TABLE dir_state ADD PRIMARY KEY (send_id)")
+        ddl += [_copied(n, d, "dir_wide") for n, d in indexes if not _hot(d)]
+        ddl += [_copied(n, d, "dir_state") for n, d in indexes if _hot(d)]
+        ddl.append("ALTER TABLE dir_state ADD FOREIGN KEY (send_id) REFERENCES dir_wide (id)")
+    if direction.lease:
+        ddl.append(f"ALTER TABLE {direction.tables[-1]} ADD COLUMN lease_id bigint")
+    return ddl
+
+
+def fill(direction: Direction, campaign_id: int) -> float:
+    """Create the direction's tables and copy the campaign's rows in; return the copy's seconds
+    (the INSERTs: what the build would pay for the table's shape), then VACUUM ANALYZE."""
+    columns = _columns()
+    with connection.cursor() as cursor:
+        for statement in create(direction):
+            cursor.execute(statement)
+        started = time.perf_counter()
+        if not direction.split:
+            listed = ", ".join(columns)
+            cursor.execute(f"INSERT INTO dir_sends ({listed}) SELECT {listed} FROM growth_sends "
+                           "WHERE campaign_id = %s", [campaign_id])
+        else:
+            wide = ", ".join(c for c in columns if c not in HOT_COLUMNS)
+            state = ", ".join(["campaign_id", "destination_id", *HOT_COLUMNS])
+            cursor.execute(f"INSERT INTO dir_wide ({wide}) SELECT {wide} FROM growth_sends "
+                           "WHERE campaign_id = %s", [campaign_id])
+            cursor.execute(f"INSERT INTO dir_state (send_id, {state}) SELECT id, {state} "
+                           "FROM growth_sends WHERE campaign_id = %s", [campaign_id])
+        seconds = time.perf_counter() - started
+        for table in ["dir_leases", *direction.tables]:
+            cursor.execute(f"VACUUM ANALYZE {table}")
+    return seconds
+
+
+def drop() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {', '.join(TABLES)} CASCADE")
+
+
+# -- the loop -------------------------------------------------------------------------------------
+
+def _settle_params(direction: Direction, rows: list[dict], campaign_id: int, worker_id: str) -> dict:
+    ids = [row["id"] for row in rows if row["status"] == "sending"]
+    params = {"ids": ids, "attempts": [row["attempts"] for row in rows if row["status"] == "sending"],
+              "campaign_id": campaign_id, "outcomes": ["sent"] * len(ids),
+              "provider_ids": ["null"] * len(ids), "errors": [""] * len(ids),
+              "retry_afters": [None] * len(ids), "worker_id": worker_id, **SETTLE_POLICY}
+    if direction.lease:
+        params["lease_id"] = rows[0]["lease_id"]
+    return params
+
+
+def work(index: int, ready, conninfo: str, key: str, batch_size: int, campaign_id: int) -> int:
+    """One worker: claim, settle (the engine's null-transport path: handed over at the claim)
+    until nothing is left; return rows settled."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    direction = DIRECTIONS[key]
+    claim_name, settle_name = direction.statements
+    sql = statements()
+    claim = NO_FLUSH_WAIT + sql[claim_name]
+    settle = NO_FLUSH_WAIT + (PLAN_FIX if direction.plan_fix else "") + sql[settle_name]
+    worker_id = f"direction-{key}-{index}"
+    params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
+              "campaign_id": campaign_id, "hand_over": True, "after": 0}
+    with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor,
+                         row_factory=dict_row) as conn:
+        ready()
+        settled = 0
+        while True:
+            cursor = conn.execute(claim, params)
+            while cursor.nextset():  # past the SET LOCALs
+                pass
+            rows = cursor.fetchall()
+            if not rows and params["after"]:  # a new lap, from the first queued row
+                params["after"] = 0
+                continue
+            if not rows:
+                return settled
+            params["after"] = max(row["id"] for row in rows)
+            cursor = conn.execute(settle, _settle_params(direction, rows, campaign_id, worker_id))
+            while cursor.nextset():
+                pass
+            settled += len(cursor.fetchall())
+
+
+def timed(key: str, *, campaign_id: int, size: int, batch_size: int, workers: int) -> dict:
+    """Fill the copy, then time ``workers`` processes through it: {seconds, fill}."""
+    from bench import data
+
+    fill_seconds = fill(DIRECTIONS[key], campaign_id)
+    result = timed_pool(workers, work, data.conninfo(), key, batch_size, campaign_id)
+    settled = sum(result.results)
+    assert settled == size, f"direction {key} settled {settled} of {size}"
+    with connection.cursor() as cursor:  # each row claimed once (a claim counts an attempt)
+        cursor.execute(f"SELECT count(*) FROM {DIRECTIONS[key].tables[-1]} "
+                       "WHERE attempts <> 1 OR status <> 'sent'")
+        wrong = cursor.fetchone()[0]
+    assert wrong == 0, f"direction {key}: {wrong} rows not claimed exactly once, or not sent"
+    return {"seconds": result.seconds, "fill": fill_seconds}
+
+
+# -- the cost pass --------------------------------------------------------------------------------
+
+def _explained(conn, statement: str, params: dict, prefix: str = "") -> tuple[int, dict]:
+    """Run the statement under EXPLAIN (ANALYZE, WAL, BUFFERS), after ``prefix`` (SET LOCALs) in
+    the same query string; return the WAL bytes it wrote and its plan."""
+    from psycopg.rows import tuple_row
+
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        cursor.execute(prefix + "EXPLAIN (ANALYZE, WAL, BUFFERS, FORMAT JSON) " + statement, params)
+        while cursor.nextset():
+            pass
+        (plan,), = cursor.fetchall()
+    plan = (plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"]
+    return int(plan.get("WAL Bytes", 0)), plan
+
+
+def _indexes_read(node: dict, tables: list[str]) -> set[str]:
+    """The indexes of ``tables`` a plan scans."""
+    own = {node["Index Name"]} if node.get("Relation Name") in tables and "Index Name" in node else set()
+    return own.union(*(_indexes_read(child, tables) for child in node.get("Plans", [])))
+
+
+def _buffers(plan: dict) -> int:
+    return plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+
+
+def _table_stats(tables: list[str]) -> tuple[int, int, int]:
+    """(row updates, of which HOT, bytes with indexes) summed over the tables."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT sum(n_tup_upd), sum(n_tup_hot_upd), "
+                       "sum(pg_total_relation_size(relid)) FROM pg_stat_user_tables "
+                       "WHERE relname = ANY(%s)", [tables])
+        return tuple(int(v or 0) for v in cursor.fetchone())
+
+
+def cost(key: str, *, campaign_id: int, size: int, batch_size: int) -> dict:
+    """One worker claims and settles the whole (fresh) copy, each statement under EXPLAIN
+    (ANALYZE, WAL); {WAL bytes, row updates, HOT share per recipient, size before and after}."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from bench import data
+
+    direction = DIRECTIONS[key]
+    fill(direction, campaign_id)
+    tables = direction.tables
+    _, _, bytes_before = _table_stats(tables)
+    claim_name, settle_name = direction.statements
+    sql = statements()
+    worker_id = f"cost-{key}"
+    params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
+              "campaign_id": campaign_id, "hand_over": True, "after": 0}
+    state = "dir_state" if direction.split else "dir_sends"
+    key_column = "send_id" if direction.split else "id"
+    wal = {"claim": 0, "settle": 0}
+    done, claims = 0, []
+    with psycopg.connect(data.conninfo(), autocommit=True, cursor_factory=psycopg.ClientCursor,
+                         row_factory=dict_row) as conn:
+        while done < size:
+            written, plan = _explained(conn, sql[claim_name], params)
+            wal["claim"] += written
+            claims.append(plan)
+            if direction.lease:  # this claim's lease: its rows
+                lease = conn.execute("SELECT id, send_ids FROM dir_leases WHERE worker_id = %s",
+                                     [worker_id]).fetchone()
+                if lease is None:
+                    break
+                rows = [{"id": i, "attempts": 1, "status": "sending", "lease_id": lease["id"]}
+                        for i in lease["send_ids"]]
+            else:
+                rows = conn.execute(
+                    f"SELECT {key_column} AS id, attempts, status FROM {state} "
+                    "WHERE campaign_id = %s AND status = 'sending' AND claimed_by = %s",
+                    [campaign_id, worker_id]).fetchall()
+                if not rows:
+                    break
+            wal["settle"] += _explained(conn, sql[settle_name],
+                                        _settle_params(direction, rows, campaign_id, worker_id),
+                                        PLAN_FIX if direction.plan_fix else "")[0]
+            done += len(rows)
+            params["after"] = max(row["id"] for row in rows)  # one worker: no lap
+    time.sleep(1.0)  # the closed backend's table statistics reach pg_stat_user_tables
+    updated, hot, bytes_after = _table_stats(tables)
+    assert done == size, f"the cost pass of {key} settled {done} of {size}"
+    # the claim's plan, as the planner chose it: which indexes drove it, and whether its reading
+    # grew with the rows already sent (a walk of the primary key in id order, say)
+    return {"wal_per_recipient": (wal["claim"] + wal["settle"]) / size,
+            "wal_claim": wal["claim"] / size, "wal_settle": wal["settle"] / size,
+            "updates_per_recipient": updated / size, "hot_share": hot / updated if updated else 0.0,
+            "bytes_before": bytes_before, "bytes_after": bytes_after,
+            "claim_indexes": sorted(set().union(*(_indexes_read(p, tables) for p in claims))),
+            "claim_buffers": [_buffers(claims[0]), _buffers(claims[len(claims) // 2]),
+                              _buffers(claims[-2] if len(claims) > 1 else claims[-1])]}
+
+
+def minimal_cost(*, size: int, batch_size: int) -> dict:
+    """The minimal ceiling's writes, measured as :func:`cost` measures a direction's."""
+    import psycopg
+
+    from bench import data, minimal
+
+    minimal.prepare(size)
+    tables = [minimal.TABLE]
+    _, _, bytes_before = _table_stats(tables)
+    params = {"campaign_id": minimal.CAMPAIGN, "batch_size": batch_size, "worker_id": "cost",
+              "lease": LEASE}
+    wal = {"claim": 0, "settle": 0}
+    done = 0
+    with psycopg.connect(data.conninfo(), autocommit=True,
+                         cursor_factory=psycopg.ClientCursor) as conn:
+        while done < size:
+            wal["claim"] += _explained(conn, minimal.CLAIM, params)[0]
+            ids = [row[0] for row in conn.execute(
+                f"SELECT id FROM {minimal.TABLE} WHERE status = 'sending' AND claimed_by = 'cost'")]
+            if not ids:
+                break
+            wal["settle"] += _explained(conn, minimal.SETTLE, {"ids": ids, "worker_id": "cost"})[0]
+            done += len(ids)
+    time.sleep(1.0)
+    updated, hot, bytes_after = _table_stats(tables)
+    assert done == size, f"the minimal ceiling's cost pass settled {done} of {size}"
+    return {"wal_per_recipient": (wal["claim"] + wal["settle"]) / size,
+            "wal_claim": wal["claim"] / size, "wal_settle": wal["settle"] / size,
+            "updates_per_recipient": updated / size, "hot_share": hot / updated if updated else 0.0,
+            "bytes_before": bytes_before, "bytes_after": bytes_after}
+
+
+# -- the family -----------------------------------------------------------------------------------
+
+def measure(*, audience, batch_size: int, workers: list[int], repetitions: int, out: Path,
+            keys: list[str], say) -> dict:
+    """{"batch", "size", "directions": {key: label}, "rates": {contender: {workers: [seconds]}},
+    "fill": {key: [seconds]}, "costs": {key: figures}, "indexes": [growth_sends's]}."""
+    from bench import data, engine, minimal, peers
+
+    size = audience.size
+    seconds: dict[str, dict[int, list[float]]] = {}
+    fills: dict[str, list[float]] = {key: [] for key in keys}
+
+    def record(name: str, count: int, value: float) -> None:
+        seconds.setdefault(name, {}).setdefault(count, []).append(value)
+        say(f"  {name:<28} workers {count}  {size / value:>9,.0f} /s")
+
+    try:
+        for rep in range(1, repetitions + 1):
+            say(f"directions: repetition {rep} of {repetitions}")
+            for count in workers:
+                record("engine", count, engine.run(audience=audience, batch_size=batch_size,
+                                                   workers=count, out=out, name="directions"))
+                # the engine unchanged, its sessions planning without nested loops (libpq's
+                # PGOPTIONS): what its settle's plan costs it (see v and a)
+                record(NO_NESTLOOP, count, engine.run(
+                    audience=audience, batch_size=batch_size, workers=count, out=out,
+                    name="directions-no-nestloop", env={"PGOPTIONS": "-c enable_nestloop=off"}))
+                record("pgqueuer", count, peers.pgqueuer_run(jobs=size, workers=count,
+                                                             batch_size=batch_size))
+                record("minimal ceiling", count, minimal.run(size=size, batch_size=batch_size,
+                                                             workers=count))
+            campaign_id = data.built_and_paused(audience)  # the copies' source, left queued
+            data.resume(campaign_id)
+            for key in keys:
+                for count in workers:
+                    run = timed(key, campaign_id=campaign_id, size=size, batch_size=batch_size,
+                                workers=count)
+                    record(key, count, run["seconds"])
+                    fills[key].append(run["fill"])
+        costs = {}
+        for key in keys:
+            costs[key] = cost(key, campaign_id=campaign_id, size=size, batch_size=batch_size)
+            c = costs[key]
+            say(f"directions: {key} ({DIRECTIONS[key].label}): {c['wal_per_recipient']:,.0f} WAL "
+                f"bytes, {c['updates_per_recipient']:.2f} row updates ({c['hot_share']:.0%} HOT) "
+                f"per recipient; {c['bytes_before'] / size:,.0f} → {c['bytes_after'] / size:,.0f} "
+                "bytes a row with its indexes")
+        costs["minimal ceiling"] = minimal_cost(size=size, batch_size=batch_size)
+    finally:
+        drop()
+        data.fresh_sends()
+    return {"batch": batch_size, "size": size,
+            "directions": {key: DIRECTIONS[key].label for key in keys},
+            "seconds": seconds, "fill": fills, "costs": costs,
+            "indexes": [name for name, _ in _indexes()]}
+
+
+def rate(results: dict, name: str, workers: int) -> float | None:
+    """Median recipients/s of a contender (a direction's key, "engine", "pgqueuer", "minimal
+    ceiling") at a worker count."""
+    runs = results["seconds"].get(name, {}).get(workers) or results["seconds"].get(name, {}).get(
+        str(workers))
+    return results["size"] / statistics.median(runs) if runs else None

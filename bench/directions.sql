@@ -1,0 +1,242 @@
+-- The claim and settle of the directions measured by bench/directions.py, on copies of
+-- growth_sends (never on growth_sends itself). Each is the engine's statement from
+-- growth/managers/sends.sql with the same checks (opt-outs and the subscriber's status at the
+-- claim, the campaign's status, only this claim's rows at the settle), changed only where the
+-- table's shape changes it. Loaded after sends.sql, so {{ _blocked }} and {{ _retried }} are the
+-- engine's own fragments: `s` is the row with the address (subscriber_id, account_id,
+-- email_lower) in a claim, the row with the state (first_attempt_at) in a settle.
+--
+-- (c) split: dir_wide holds what a send is (address, subscriber, campaign, job id), written once
+-- by the build; dir_state (send_id = dir_wide.id) holds what changes, with the indexes that read
+-- those columns. (d) lease: a claim does not change status; it writes lease_id, a row of
+-- dir_leases (one per batch: its rows, its worker, its expiry), and columns no index reads, so
+-- its row versions can be HOT. A row is in flight while status = 'queued' and lease_id is set.
+-- (e) both.
+--
+-- Every claim here starts after the worker's hand (`after`: the last id it claimed; 0 for a new
+-- lap), as claim_paced's window does: on a table holding one campaign, all of it queued when
+-- analysed, the planner may walk the primary key in id order instead of the queued index, and
+-- without the hand that walk would pass over every row already sent.
+
+-- _settled --
+-- The settle's new values, as sends.sql's settle writes them (s: the row with the state; r: the
+-- outcome; c: the campaign, locked FOR SHARE).
+status = CASE
+    WHEN r.outcome = 'sent' THEN 'sent'
+    WHEN {{ _retried }} THEN 'queued'
+    WHEN r.outcome IN ('transient', 'throttled') AND c.status = 'cancelled' THEN 'cancelled'
+    ELSE 'failed' END,
+attempts = s.attempts - CASE WHEN r.outcome = 'throttled' THEN 1 ELSE 0 END,
+sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
+provider_message_id = CASE WHEN r.outcome = 'sent' THEN left(r.provider_message_id, 255)
+                           ELSE s.provider_message_id END,
+last_error = r.error,
+next_attempt_at = CASE
+    WHEN {{ _retried }} AND r.outcome = 'throttled'
+    THEN now() + make_interval(secs => coalesce(r.retry_after, %(throttle_delay)s))
+    WHEN {{ _retried }}
+    THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ (s.attempts - 1),
+                                             %(backoff_max)s) * (0.9 + random() * 0.2)) END,
+lease_expires_at = NULL,
+handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled') THEN NULL
+                      ELSE s.handed_over_at END,
+updated_at = now()
+
+-- _outcomes --
+unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
+       %(provider_ids)s::text[], %(errors)s::text[], %(retry_afters)s::float8[])
+    AS r(id, attempt, outcome, provider_message_id, error, retry_after)
+
+-- _campaign_for_share --
+campaign AS MATERIALIZED (
+    SELECT id, status FROM growth_campaigns WHERE id = %(campaign_id)s FOR SHARE
+)
+
+-- _new_lease --
+-- One row of dir_leases for the batch (none if nothing was due).
+lease AS (
+    INSERT INTO dir_leases (campaign_id, worker_id, expires_at, send_ids)
+    SELECT %(campaign_id)s, %(worker_id)s, now() + make_interval(secs => %(lease)s), batch.ids
+      FROM (SELECT ARRAY(SELECT id FROM due ORDER BY id) AS ids) batch
+     WHERE cardinality(batch.ids) > 0
+    RETURNING id
+)
+
+-- claim_state --
+-- (c) The claim, its queue and state in dir_state; dir_wide is read (the opt-out check and what
+-- the worker renders), never written.
+WITH due AS (
+    SELECT st.send_id AS id
+      FROM dir_state st
+      JOIN growth_campaigns c ON c.id = st.campaign_id
+     WHERE st.status = 'queued'
+       AND st.send_id > %(after)s
+       AND (st.next_attempt_at IS NULL OR st.next_attempt_at <= now())
+       AND c.status = 'sending'
+       AND st.campaign_id = %(campaign_id)s
+     ORDER BY st.send_id
+     LIMIT %(batch_size)s
+       FOR UPDATE OF st SKIP LOCKED
+), blocked AS MATERIALIZED (
+    SELECT s.id
+      FROM dir_wide s
+     WHERE s.id = ANY(ARRAY(SELECT id FROM due))
+       AND {{ _blocked }}
+)
+UPDATE dir_state st
+   SET status           = CASE WHEN st.send_id IN (SELECT id FROM blocked) THEN 'suppressed'
+                               ELSE 'sending' END,
+       attempts         = st.attempts + CASE WHEN st.send_id IN (SELECT id FROM blocked) THEN 0
+                                             ELSE 1 END,
+       lease_expires_at = CASE WHEN st.send_id IN (SELECT id FROM blocked) THEN NULL
+                               ELSE now() + make_interval(secs => %(lease)s) END,
+       handed_over_at   = CASE WHEN %(hand_over)s AND st.send_id NOT IN (SELECT id FROM blocked)
+                               THEN now() END,
+       first_attempt_at = CASE WHEN %(hand_over)s AND st.send_id NOT IN (SELECT id FROM blocked)
+                               THEN coalesce(st.first_attempt_at, now())
+                               ELSE st.first_attempt_at END,
+       claimed_by       = %(worker_id)s,
+       updated_at       = now()
+  FROM dir_wide s
+ WHERE st.send_id = ANY(ARRAY(SELECT id FROM due))
+   AND s.id = ANY(ARRAY(SELECT id FROM due))
+   AND s.id = st.send_id
+RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, st.status, st.attempts,
+          s.destination_id;
+
+-- settle_state --
+-- (c) The settle, on dir_state.
+WITH {{ _campaign_for_share }}
+UPDATE dir_state s
+   SET {{ _settled }}
+  FROM campaign c, {{ _outcomes }}
+ WHERE s.send_id = ANY(%(ids)s::bigint[])
+   AND s.send_id = r.id
+   AND s.campaign_id = c.id
+   AND s.claimed_by = %(worker_id)s
+   AND s.attempts = r.attempt
+   AND (s.status = 'sending' OR (s.status = 'unknown' AND r.outcome = 'sent'))
+RETURNING s.send_id AS id, s.status;
+
+-- claim_lease --
+-- (d) The claim as a lease per batch: status stays 'queued' (a blocked row still becomes
+-- 'suppressed'), lease_id names the batch's lease. No indexed column changes: HOT when the page
+-- has room. Rows held by another lease are passed over (lease_id IS NOT NULL): at most the
+-- batches in flight, as the engine's claim passes over rows other claims have locked.
+WITH due AS (
+    SELECT s.id
+      FROM dir_sends s
+      JOIN growth_campaigns c ON c.id = s.campaign_id
+     WHERE s.status = 'queued'
+       AND s.id > %(after)s
+       AND s.lease_id IS NULL
+       AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
+       AND c.status = 'sending'
+       AND s.campaign_id = %(campaign_id)s
+     ORDER BY s.id
+     LIMIT %(batch_size)s
+       FOR UPDATE OF s SKIP LOCKED
+), {{ _new_lease }}, blocked AS MATERIALIZED (
+    SELECT s.id
+      FROM dir_sends s
+     WHERE s.id = ANY(ARRAY(SELECT id FROM due))
+       AND {{ _blocked }}
+)
+UPDATE dir_sends s
+   SET status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
+                               ELSE s.status END,
+       lease_id         = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL
+                               ELSE (SELECT id FROM lease) END,
+       attempts         = s.attempts + CASE WHEN s.id IN (SELECT id FROM blocked) THEN 0 ELSE 1 END,
+       handed_over_at   = CASE WHEN %(hand_over)s AND s.id NOT IN (SELECT id FROM blocked)
+                               THEN now() END,
+       first_attempt_at = CASE WHEN %(hand_over)s AND s.id NOT IN (SELECT id FROM blocked)
+                               THEN coalesce(s.first_attempt_at, now())
+                               ELSE s.first_attempt_at END,
+       claimed_by       = %(worker_id)s,
+       updated_at       = now()
+ WHERE s.id = ANY(ARRAY(SELECT id FROM due))
+RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
+          CASE WHEN s.status = 'queued' THEN 'sending' ELSE s.status END AS status, s.attempts,
+          s.destination_id, s.lease_id;
+
+-- settle_lease --
+-- (d) The settle of one lease's rows (lease_id stands for claimed_by + attempts: a lease is one
+-- claim), which then ends the lease. (With a plain receiver the engine settles a batch chunk by
+-- chunk: the lease would end with the batch's last settle.)
+WITH {{ _campaign_for_share }}, settled AS (
+    UPDATE dir_sends s
+       SET {{ _settled }},
+           lease_id = NULL
+      FROM campaign c, {{ _outcomes }}
+     WHERE s.id = ANY(%(ids)s::bigint[])
+       AND s.id = r.id
+       AND s.campaign_id = c.id
+       AND s.lease_id = %(lease_id)s
+       AND (s.status = 'queued' OR (s.status = 'unknown' AND r.outcome = 'sent'))
+    RETURNING s.id, s.status
+), ended AS (
+    DELETE FROM dir_leases WHERE id = %(lease_id)s RETURNING id
+)
+SELECT id, status FROM settled WHERE (SELECT count(*) FROM ended) >= 0;
+
+-- claim_state_lease --
+-- (e) (c) and (d): the lease per batch on dir_state.
+WITH due AS (
+    SELECT st.send_id AS id
+      FROM dir_state st
+      JOIN growth_campaigns c ON c.id = st.campaign_id
+     WHERE st.status = 'queued'
+       AND st.send_id > %(after)s
+       AND st.lease_id IS NULL
+       AND (st.next_attempt_at IS NULL OR st.next_attempt_at <= now())
+       AND c.status = 'sending'
+       AND st.campaign_id = %(campaign_id)s
+     ORDER BY st.send_id
+     LIMIT %(batch_size)s
+       FOR UPDATE OF st SKIP LOCKED
+), {{ _new_lease }}, blocked AS MATERIALIZED (
+    SELECT s.id
+      FROM dir_wide s
+     WHERE s.id = ANY(ARRAY(SELECT id FROM due))
+       AND {{ _blocked }}
+)
+UPDATE dir_state st
+   SET status           = CASE WHEN st.send_id IN (SELECT id FROM blocked) THEN 'suppressed'
+                               ELSE st.status END,
+       lease_id         = CASE WHEN st.send_id IN (SELECT id FROM blocked) THEN NULL
+                               ELSE (SELECT id FROM lease) END,
+       attempts         = st.attempts + CASE WHEN st.send_id IN (SELECT id FROM blocked) THEN 0
+                                             ELSE 1 END,
+       handed_over_at   = CASE WHEN %(hand_over)s AND st.send_id NOT IN (SELECT id FROM blocked)
+                               THEN now() END,
+       first_attempt_at = CASE WHEN %(hand_over)s AND st.send_id NOT IN (SELECT id FROM blocked)
+                               THEN coalesce(st.first_attempt_at, now())
+                               ELSE st.first_attempt_at END,
+       claimed_by       = %(worker_id)s,
+       updated_at       = now()
+  FROM dir_wide s
+ WHERE st.send_id = ANY(ARRAY(SELECT id FROM due))
+   AND s.id = ANY(ARRAY(SELECT id FROM due))
+   AND s.id = st.send_id
+RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
+          CASE WHEN st.status = 'queued' THEN 'sending' ELSE st.status END AS status,
+          st.attempts, s.destination_id, st.lease_id;
+
+-- settle_state_lease --
+-- (e) The settle of one lease's rows on dir_state.
+WITH {{ _campaign_for_share }}, settled AS (
+    UPDATE dir_state s
+       SET {{ _settled }},
+           lease_id = NULL
+      FROM campaign c, {{ _outcomes }}
+     WHERE s.send_id = ANY(%(ids)s::bigint[])
+       AND s.send_id = r.id
+       AND s.campaign_id = c.id
+       AND s.lease_id = %(lease_id)s
+       AND (s.status = 'queued' OR (s.status = 'unknown' AND r.outcome = 'sent'))
+    RETURNING s.send_id AS id, s.status
+), ended AS (
+    DELETE FROM dir_leases WHERE id = %(lease_id)s RETURNING id
+)
+SELECT id, status FROM settled WHERE (SELECT count(*) FROM ended) >= 0;

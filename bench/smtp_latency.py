@@ -1,0 +1,106 @@
+"""The SMTP path against a receiver that answers like a real relay: after 0, 20 or 50 ms.
+
+A relay answers each message in tens of milliseconds, so one connection caps a sender at a few
+dozen messages a second whatever the database can do; the engine therefore delivers on C
+connections at once (``growth.sending.wires``). This family measures whether it keeps up with a
+raw client on as many connections, at every C and every delay:
+
+- the receiver: one ``bench.smtp.Sink`` (aiosmtpd, a process of its own) that waits the delay
+  before its reply to DATA (and to each RCPT with ``rcpt=True``) with ``asyncio.sleep``, so that
+  it serves every connection at once; it counts what it took, and each run checks the count;
+- **raw smtplib**: one process, C threads, each with its own ``smtplib.SMTP`` (connected and
+  greeted before the clock), sending pre-built copies of the engine's own rendering of one
+  recipient, taken from one shared queue;
+- **engine**: one ``run_sender`` process with ``SENDER_CONNECTIONS=C`` and Django's SMTP backend,
+  timed as ``bench.engine`` times it (campaign resume to ``finished_at``; its connections open
+  at first use, on the clock, as in production), once with a plain
+  receiver (each 5-message chunk handed over in its own commit just before it goes on a wire,
+  settled when the wire answers) and once with an idempotent one (the claimed batch shared out
+  between the C connections).
+
+The batch is ``per_connection`` × C (20 × C by default: 20 at C = 1, 640 at C = 32). A plain
+receiver's batch needs at least 5 × C rows (SENDER_HANDOFF_CHUNK) for every wire to get a chunk;
+20 × C gives each wire four chunks a batch. With an idempotent receiver each wire gets
+``per_connection`` messages of every batch.
+
+N is scaled to what raw smtplib is expected to do in ``seconds`` (C ÷ (delay + PER_MESSAGE),
+at most RATE_CAP a second), rounded up to whole batches, at least MIN_BATCHES: at 50 ms and C = 1
+and 3 seconds that is 60 messages, at 0 ms and C = 32 several thousand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+PER_MESSAGE = 0.0015  # seconds a message costs beside the delay (1-5 ms seen on 2 busy cores)
+RATE_CAP = 2000.0  # messages/s: about what one sink and one sending process reach at no delay
+MIN_BATCHES = 3  # so that a batch boundary is part of every point
+CONTENDERS = ("smtplib", "plain", "idempotent")
+HANDOFF_CHUNK = 5  # the workers' SENDER_HANDOFF_CHUNK (bench.engine gives them the default)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    delay_ms: int  # the receiver's wait before answering DATA (and RCPT when asked)
+    connections: int  # C: raw smtplib's threads, the engine's SENDER_CONNECTIONS
+    batch: int  # the engine's --batch-size
+    recipients: int  # N
+
+
+def plan(*, delays_ms: list[int], connections: list[int], seconds: float,
+         per_connection: int) -> list[Point]:
+    """Every (delay, C) point, with its batch and N."""
+    points = []
+    for delay_ms in delays_ms:
+        for count in connections:
+            batch = per_connection * count
+            rate = min(count / (delay_ms / 1000 + PER_MESSAGE), RATE_CAP)
+            batches = max(math.ceil(seconds * rate / batch), MIN_BATCHES)
+            points.append(Point(delay_ms, count, batch, batches * batch))
+    return points
+
+
+def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per_connection: int,
+            repetitions: int, rcpt: bool, out: Path, say: Callable[[str], None]) -> dict:
+    """Seconds of each contender at each point, per repetition (repetitions outermost)."""
+    from bench import data, smtp
+
+    if per_connection < HANDOFF_CHUNK:
+        raise ValueError(f"a batch of fewer than {HANDOFF_CHUNK} rows per connection leaves "
+                         "wires without a chunk with a plain receiver")
+    points = plan(delays_ms=delays_ms, connections=connections, seconds=seconds,
+                  per_connection=per_connection)
+    timings = {point: {name: [] for name in CONTENDERS} for point in points}
+    with smtp.Sink() as sink:
+        for rep in range(1, repetitions + 1):
+            say(f"smtp-latency: repetition {rep} of {repetitions}")
+            for point in points:
+                delay = point.delay_ms / 1000
+                sink.answer_after(delay, rcpt=delay if rcpt else 0.0)
+                audience = data.audience(point.recipients)
+                for name in CONTENDERS:
+                    timings[point][name].append(
+                        _run(name, point=point, audience=audience, sink=sink, out=out))
+                rates = {name: point.recipients / s[-1] for name, s in timings[point].items()}
+                say(f"  {point.delay_ms:>3} ms  C {point.connections:>2}  N {point.recipients:>5}  "
+                    + "  ".join(f"{name} {rate:,.0f} /s" for name, rate in rates.items())
+                    + f"  (plain {rates['plain'] / rates['smtplib']:.2f}×, "
+                      f"idempotent {rates['idempotent'] / rates['smtplib']:.2f}×)")
+    return {"delays_ms": delays_ms, "connections": connections, "per_connection": per_connection,
+            "rcpt": rcpt, "seconds_target": seconds,
+            "points": [{"delay_ms": p.delay_ms, "connections": p.connections, "batch": p.batch,
+                        "recipients": p.recipients, "seconds": timings[p]} for p in points]}
+
+
+def _run(contender: str, *, point: Point, audience, sink, out: Path) -> float:
+    from bench import smtp
+
+    if contender == "smtplib":
+        return smtp.raw_threads_run(audience=audience, connections=point.connections, sink=sink)
+    return smtp.engine_run(audience=audience, workers=1, batch_size=point.batch, sink=sink,
+                           idempotent=contender == "idempotent", out=out,
+                           connections=point.connections,
+                           name=f"latency{point.delay_ms}ms-c{point.connections}")
