@@ -15,7 +15,7 @@ LABEL = 58  # characters of a line's label
 
 OUTCOMES = [  # every send status, in the order of a row's life, each said for a reader
     (Send.Status.SENT, "sent (accepted by the mail server)"),
-    (Send.Status.FAILED, "failed (refused for good, or out of attempts)"),
+    (Send.Status.FAILED, "failed (refused for good, or retried past the horizon)"),
     (Send.Status.SUPPRESSED, "suppressed at send time (opted out after the build)"),
     (Send.Status.UNKNOWN, "unknown (a worker died on the wire: review them)"),
     (Send.Status.CANCELLED, "cancelled (before they were sent)"),
