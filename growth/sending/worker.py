@@ -157,10 +157,9 @@ class Worker:
         self.idempotent = receiver_deduplicates(self.transport, lease=self.lease)
         self.connections = connections or settings.SENDER_CONNECTIONS
         self._wires = Wires(self.transport, self.connections)
-        # plain: small chunks, each handed over just before its wire takes it; idempotent (a
-        # resend is absorbed): the batch shared out between the connections
-        self.chunk_size = (-(-batch_size // self.connections) if self.idempotent
-                           else settings.SENDER_HANDOFF_CHUNK)
+        # plain: small chunks, each handed over just before its wire takes it (idempotent: the
+        # batch is shared out between the connections, see _deliver_at_once)
+        self.chunk_size = settings.SENDER_HANDOFF_CHUNK
         self.until_idle = until_idle
         self.once = once
         self.max_attempts = max_attempts or settings.SENDER_MAX_ATTEMPTS
@@ -296,14 +295,48 @@ class Worker:
         return None
 
     def _deliver(self, batch: Batch) -> Iterator[list[Outcome]]:
-        """Render the batch, then hand it over and send it chunk by chunk on the worker's
-        connections; yield the outcomes of each piece as its wire answers, which the caller
-        settles. At most one chunk per connection is handed over and unsettled at any time."""
+        """Render the batch, then hand it over and send it on the worker's connections; yield
+        the outcomes of each piece, which the caller settles."""
         deliveries, unrenderable = self._render(batch.campaign_id, batch.to_send)
         if unrenderable:
             yield unrenderable
+        if self.idempotent:
+            yield from self._deliver_at_once(batch, deliveries)
+        else:
+            yield from self._deliver_chunk_by_chunk(batch, deliveries)
+
+    def _deliver_at_once(self, batch: Batch, deliveries: list[Delivery]) -> Iterator[list[Outcome]]:
+        """Idempotent receiver: one look at the opt-outs for the whole batch, the batch shared
+        out between the connections, one settle when every wire has answered (a resend is
+        absorbed: nothing is gained by settling a part sooner, and each settle is a round trip)."""
+        handed = self._retrying_db(lambda: self._hand_over(deliveries),
+                                   deadline=time.monotonic() + self.lease)
+        if handed is None:
+            return  # no database for a whole lease: these rows are retried on expiry
+        batch.tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
+        going = [d for d in deliveries if handed.get(d.send_id) == Send.Status.SENDING]
+        size = -(-len(going) // self._wires.count) or 1
+        on_the_wire = [self._wires.send(going[start:start + size], self._send)
+                       for start in range(0, len(going), size)]
+        outcomes: list[Outcome] = []
+        broken: BaseException | None = None
+        for future in on_the_wire:
+            if future.exception():
+                broken = broken or future.exception()
+            else:
+                outcomes += future.result()
+        if outcomes:
+            yield outcomes
+        if broken:
+            raise broken
+
+    def _deliver_chunk_by_chunk(self, batch: Batch,
+                                deliveries: list[Delivery]) -> Iterator[list[Outcome]]:
+        """Plain receiver: each chunk handed over in its own commit just before it goes on a
+        wire, and yielded to be settled as soon as its wire answers: at most one chunk per
+        connection is handed over and unsettled at any time."""
         on_the_wire: set[Future] = set()
-        broken: Exception | None = None  # a transport that raised: the rest still settles
+        broken: BaseException | None = None  # a transport that raised: the rest still settles
         for start in range(0, len(deliveries), self.chunk_size):
             while len(on_the_wire) >= self._wires.count or (broken and on_the_wire):
                 answered, on_the_wire = wait(on_the_wire, return_when=FIRST_COMPLETED)
