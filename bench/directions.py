@@ -6,14 +6,13 @@ same checks, changed only where the shape changes them (``bench/directions.sql``
 
   v  as is: a copy of growth_sends (same columns, defaults, checks, indexes; no foreign keys,
      which a claim or settle never checks), the engine's claim and settle verbatim
-  a  as v, the claim starting after the worker's hand (``AND s.id > <the last id it
-     claimed>``, as claim_paced's window does; see directions.sql) and the settle planned with a
-     hash join (``SET LOCAL enable_nestloop = off`` in its query string): from some 100,000 rows
-     on, and on the lease directions' copies at any size, the planner joins the batch's rows to
-     the outcomes (``unnest``) in a nested loop whose Join Filter pairs 500 × 500 rows (an
-     estimate of 1 row for ``claimed_by = <worker>``, or ``lease_id = <lease>``, on statistics
-     where no row has it): ~70–100 ms instead of ~8 per batch. Every direction below claims and
-     settles that way too, so that they compare table shapes, not plans.
+  a  as v, the settle planned with a hash join (``SET LOCAL enable_nestloop = off`` in its
+     query string): from some 100,000 rows on, and on the lease directions' copies at any size,
+     the planner joins the batch's rows to the outcomes (``unnest``) in a nested loop whose Join
+     Filter pairs 500 × 500 rows (an estimate of 1 row for ``claimed_by = <worker>``, or
+     ``lease_id = <lease>``, on statistics where no row has it): ~70–100 ms instead of ~8 per
+     batch. Every direction below settles that way too, and claims through (campaign_id, id) by
+     a row comparison as sends.sql's claim does, so that they compare table shapes, not plans.
   b  as is without ``send_leased`` and ``send_queued``
   c  the columns a claim or settle writes (status, attempts, lease, claimed_by, hand-over and
      attempt times, next attempt, sent_at, last error, provider id, updated_at) in a narrow table
@@ -37,8 +36,7 @@ reported: the direction's build cost). Then, once per direction and off the cloc
 claims and settles the whole copy under EXPLAIN (ANALYZE, WAL, BUFFERS): WAL bytes per recipient
 from the statements themselves, so that another database's activity on the server does not
 count; row versions and the HOT share from ``pg_stat_user_tables``; which indexes the claim's
-plan read, and its buffers at the first, middle and last batch (a–f's hand keeps them flat even
-when the planner walks the primary key; v's claim has none).
+plan read, and its buffers at the first, middle and last batch.
 
 "engine, projected" is what the engine would do with a direction if the time its claim and
 settle save went straight into the worker's cycle: 1 / (1/engine − 1/v + 1/direction), per worker
@@ -82,7 +80,7 @@ class Direction:
     lease: bool = False  # a lease per batch
     fillfactor: int = 100  # of the table the claim writes
     without: tuple[str, ...] = ()  # growth_sends indexes not copied
-    plan_fix: bool = True  # the settle planned with a hash join, the claim after the worker's hand
+    plan_fix: bool = True  # the settle planned with a hash join (see the module's docstring)
 
     @property
     def tables(self) -> list[str]:
@@ -94,9 +92,7 @@ class Direction:
         if self.split:
             return ("claim_state_lease", "settle_state_lease") if self.lease else ("claim_state",
                                                                                    "settle_state")
-        if self.lease:
-            return "claim_lease", "settle_lease"
-        return ("claim_hand" if self.plan_fix else "claim"), "settle"
+        return ("claim_lease", "settle_lease") if self.lease else ("claim", "settle")
 
 
 DIRECTIONS = {
@@ -120,10 +116,7 @@ def statements() -> dict[str, str]:
         path = Path(tmp) / "directions.sql"
         path.write_text(text)
         loaded = load(path)
-    claim = re.sub(r"\bgrowth_sends\b", "dir_sends", loaded["claim"])
-    queued = "     WHERE s.status = 'queued'\n"
-    assert claim.count(queued) == 1, "sends.sql's claim changed: see directions.statements"
-    return {"claim": claim, "claim_hand": claim.replace(queued, queued + "       AND s.id > %(after)s\n"),
+    return {"claim": re.sub(r"\bgrowth_sends\b", "dir_sends", loaded["claim"]),
             "settle": re.sub(r"\bgrowth_sends\b", "dir_sends", loaded["settle"]),
             **{name: loaded[name] for name in ("claim_state", "settle_state", "claim_lease",
                                                "settle_lease", "claim_state_lease",
@@ -248,7 +241,7 @@ def work(index: int, ready, conninfo: str, key: str, batch_size: int, campaign_i
     settle = NO_FLUSH_WAIT + (PLAN_FIX if direction.plan_fix else "") + sql[settle_name]
     worker_id = f"direction-{key}-{index}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-              "campaign_id": campaign_id, "hand_over": True, "after": 0}
+              "campaign_id": campaign_id, "hand_over": True}
     with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor,
                          row_factory=dict_row) as conn:
         ready()
@@ -258,12 +251,8 @@ def work(index: int, ready, conninfo: str, key: str, batch_size: int, campaign_i
             while cursor.nextset():  # past the SET LOCALs
                 pass
             rows = cursor.fetchall()
-            if not rows and params["after"]:  # a new lap, from the first queued row
-                params["after"] = 0
-                continue
             if not rows:
                 return settled
-            params["after"] = max(row["id"] for row in rows)
             cursor = conn.execute(settle, _settle_params(direction, rows, campaign_id, worker_id))
             while cursor.nextset():
                 pass
@@ -312,6 +301,13 @@ def _buffers(plan: dict) -> int:
     return plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
 
 
+def _checkpoint() -> None:
+    """Every cost pass starts right after a checkpoint, so that each logs the same full-page
+    images (the first change to a page after a checkpoint writes the whole page to the WAL)."""
+    with connection.cursor() as cursor:
+        cursor.execute("CHECKPOINT")
+
+
 def _table_stats(tables: list[str]) -> tuple[int, int, int]:
     """(row updates, of which HOT, bytes with indexes) summed over the tables."""
     with connection.cursor() as cursor:
@@ -334,11 +330,12 @@ def cost(key: str, *, campaign_id: int, size: int, batch_size: int) -> dict:
     fill(direction, campaign_id)
     tables = direction.tables
     _, _, bytes_before = _table_stats(tables)
+    _checkpoint()
     claim_name, settle_name = direction.statements
     sql = statements()
     worker_id = f"cost-{key}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-              "campaign_id": campaign_id, "hand_over": True, "after": 0}
+              "campaign_id": campaign_id, "hand_over": True}
     state = "dir_state" if direction.split else "dir_sends"
     key_column = "send_id" if direction.split else "id"
     wal = {"claim": 0, "settle": 0}
@@ -367,7 +364,6 @@ def cost(key: str, *, campaign_id: int, size: int, batch_size: int) -> dict:
                                         _settle_params(direction, rows, campaign_id, worker_id),
                                         PLAN_FIX if direction.plan_fix else "")[0]
             done += len(rows)
-            params["after"] = max(row["id"] for row in rows)  # one worker: no lap
     time.sleep(1.0)  # the closed backend's table statistics reach pg_stat_user_tables
     updated, hot, bytes_after = _table_stats(tables)
     assert done == size, f"the cost pass of {key} settled {done} of {size}"
@@ -391,6 +387,7 @@ def minimal_cost(*, size: int, batch_size: int) -> dict:
     minimal.prepare(size)
     tables = [minimal.TABLE]
     _, _, bytes_before = _table_stats(tables)
+    _checkpoint()
     params = {"campaign_id": minimal.CAMPAIGN, "batch_size": batch_size, "worker_id": "cost",
               "lease": LEASE}
     wal = {"claim": 0, "settle": 0}

@@ -13,10 +13,9 @@
 -- its row versions can be HOT. A row is in flight while status = 'queued' and lease_id is set.
 -- (e) both.
 --
--- Every claim here starts after the worker's hand (`after`: the last id it claimed; 0 for a new
--- lap), as claim_paced's window does: on a table holding one campaign, all of it queued when
--- analysed, the planner may walk the primary key in id order instead of the queued index, and
--- without the hand that walk would pass over every row already sent.
+-- Every claim walks the campaign's queued rows as sends.sql's claim does, through (campaign_id,
+-- id) named by a row comparison, so that the planner cannot take the primary key in id order
+-- instead (on a table holding one campaign, all of it queued when analysed, it did).
 
 -- _settled --
 -- The settle's new values, as sends.sql's settle writes them (s: the row with the state; r: the
@@ -68,13 +67,13 @@ lease AS (
 WITH due AS (
     SELECT st.send_id AS id
       FROM dir_state st
-      JOIN growth_campaigns c ON c.id = st.campaign_id
-     WHERE st.status = 'queued'
-       AND st.send_id > %(after)s
+     WHERE (st.campaign_id, st.send_id) < (%(campaign_id)s + 1, 0)
+       AND EXISTS (SELECT 1 FROM growth_campaigns c
+                    WHERE c.id = %(campaign_id)s AND c.status = 'sending')
+       AND (st.campaign_id, st.send_id) > (%(campaign_id)s, 0)
+       AND st.status = 'queued'
        AND (st.next_attempt_at IS NULL OR st.next_attempt_at <= now())
-       AND c.status = 'sending'
-       AND st.campaign_id = %(campaign_id)s
-     ORDER BY st.send_id
+     ORDER BY st.campaign_id, st.send_id
      LIMIT %(batch_size)s
        FOR UPDATE OF st SKIP LOCKED
 ), blocked AS MATERIALIZED (
@@ -126,14 +125,12 @@ RETURNING s.send_id AS id, s.status;
 WITH due AS (
     SELECT s.id
       FROM dir_sends s
-      JOIN growth_campaigns c ON c.id = s.campaign_id
-     WHERE s.status = 'queued'
-       AND s.id > %(after)s
+     WHERE {{ _of_the_campaign }}
+       AND (s.campaign_id, s.id) > (%(campaign_id)s, 0)
+       AND s.status = 'queued'
        AND s.lease_id IS NULL
        AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
-       AND c.status = 'sending'
-       AND s.campaign_id = %(campaign_id)s
-     ORDER BY s.id
+     ORDER BY s.campaign_id, s.id
      LIMIT %(batch_size)s
        FOR UPDATE OF s SKIP LOCKED
 ), {{ _new_lease }}, blocked AS MATERIALIZED (
@@ -185,14 +182,14 @@ SELECT id, status FROM settled WHERE (SELECT count(*) FROM ended) >= 0;
 WITH due AS (
     SELECT st.send_id AS id
       FROM dir_state st
-      JOIN growth_campaigns c ON c.id = st.campaign_id
-     WHERE st.status = 'queued'
-       AND st.send_id > %(after)s
+     WHERE (st.campaign_id, st.send_id) < (%(campaign_id)s + 1, 0)
+       AND EXISTS (SELECT 1 FROM growth_campaigns c
+                    WHERE c.id = %(campaign_id)s AND c.status = 'sending')
+       AND (st.campaign_id, st.send_id) > (%(campaign_id)s, 0)
+       AND st.status = 'queued'
        AND st.lease_id IS NULL
        AND (st.next_attempt_at IS NULL OR st.next_attempt_at <= now())
-       AND c.status = 'sending'
-       AND st.campaign_id = %(campaign_id)s
-     ORDER BY st.send_id
+     ORDER BY st.campaign_id, st.send_id
      LIMIT %(batch_size)s
        FOR UPDATE OF st SKIP LOCKED
 ), {{ _new_lease }}, blocked AS MATERIALIZED (
