@@ -51,13 +51,15 @@ def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> 
                 ids = [row["id"] for row in conn.execute(
                     queries["hand_over"], {"ids": ids, "worker_id": worker_id}).fetchall()
                     if row["status"] == "sending"]
-            done = conn.execute(queries["settle"], {
+            cursor = conn.execute(queries["settle"], {
                 "ids": ids, "attempts": [attempts[i] for i in ids], "campaign_id": campaign_id,
                 "outcomes": ["sent"] * len(ids), "provider_ids": ["null"] * len(ids),
                 "errors": [""] * len(ids), "retry_afters": [None] * len(ids),
                 "worker_id": worker_id, "retry_for": RETRY_FOR, "throttle_delay": THROTTLE_DELAY,
-                "backoff_base": BACKOFF_BASE, "backoff_max": BACKOFF_MAX}).fetchall()
-            settled += len(done)
+                "backoff_base": BACKOFF_BASE, "backoff_max": BACKOFF_MAX})
+            while cursor.nextset():  # past the statement's SET LOCALs
+                pass
+            settled += len(cursor.fetchall())
 
 
 def run(*, audience, batch_size: int, workers: int, hand_over: bool) -> float:

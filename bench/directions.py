@@ -57,6 +57,7 @@ from pathlib import Path
 from django.db import connection
 
 from bench.procs import timed_pool
+from growth.managers.queries import split_settings
 
 HERE = Path(__file__).resolve().parent
 SENDS_SQL = HERE.parent / "growth" / "managers" / "sends.sql"
@@ -282,8 +283,10 @@ def _explained(conn, statement: str, params: dict, prefix: str = "") -> tuple[in
     the same query string; return the WAL bytes it wrote and its plan."""
     from psycopg.rows import tuple_row
 
+    settings, statement = split_settings(statement)
     with conn.cursor(row_factory=tuple_row) as cursor:
-        cursor.execute(prefix + "EXPLAIN (ANALYZE, WAL, BUFFERS, FORMAT JSON) " + statement, params)
+        cursor.execute(prefix + settings + "EXPLAIN (ANALYZE, WAL, BUFFERS, FORMAT JSON) "
+                       + statement, params)
         while cursor.nextset():
             pass
         (plan,), = cursor.fetchall()

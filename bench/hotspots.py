@@ -24,6 +24,7 @@ from django.db import connection, transaction
 
 from bench import data, engine
 from growth.managers.campaigns import QUERIES as CAMPAIGN_QUERIES
+from growth.managers.queries import split_settings
 from growth.managers.sends import QUERIES as SEND_QUERIES
 from growth.models import Campaign
 
@@ -166,8 +167,11 @@ def top_self(raw: Path, limit: int = 15) -> list[tuple[str, float]]:
 # -- EXPLAIN ANALYZE ------------------------------------------------------------------------------
 
 def _explain(statement: str, params: dict) -> tuple[float, str]:
+    settings, statement = split_settings(statement)
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, params)
+        cursor.execute(settings + "EXPLAIN (ANALYZE, BUFFERS) " + statement, params)
+        while cursor.nextset():  # past the statement's SET LOCALs
+            pass
         plan = "\n".join(row[0] for row in cursor.fetchall())
     ms = float(re.search(r"Execution Time: ([\d.]+) ms", plan).group(1))
     return ms, plan

@@ -5,7 +5,9 @@ A block starts with a line ``-- name --``; the comment lines right under it desc
 statement runs until the next block. Parameters are psycopg's named ``%(param)s``. A block may
 use another block of the same file with ``{{ name }}``: a condition written once stands in every
 statement that applies it (the text is spliced in at load time, so the planner sees exactly what
-a copy would have given it). A block whose name starts with ``_`` is such a fragment only.
+a copy would have given it). A block whose name starts with ``_`` is such a fragment only. A
+block may begin with ``SET LOCAL`` lines (a planner setting its statement needs): they last until
+the statement's commit, never on the session.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.db import connection
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$", re.MULTILINE)
 _USE = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
+_SET_LOCAL = re.compile(r"\ASET LOCAL [a-z_]+ = [a-z0-9_]+;\n", re.IGNORECASE)
 
 # Sent in the same query string as the statement: both run in one implicit transaction, which
 # the setting does not outlive (nothing is left on the session, as PgBouncer's transaction mode
@@ -71,6 +74,8 @@ class Queries:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.statements = load(path)
+        self._settings = {name: _count_settings(statement)
+                          for name, statement in self.statements.items()}
 
     @classmethod
     def beside(cls, module_file: str) -> Queries:
@@ -89,15 +94,36 @@ class Queries:
         setting would apply to the caller's whole transaction.
         """
         with connection.cursor() as cursor:
+            settings = self._settings[name]
             if wait_for_flush or connection.in_atomic_block:
                 cursor.execute(self.statements[name], params)
             else:
                 cursor.execute(NO_FLUSH_WAIT + self.statements[name], params)
+                settings += 1
+            for _ in range(settings):  # past the SET LOCALs' results, to the statement's
                 cursor.nextset()
             if cursor.description is None:
                 return []
             columns = [column.name for column in cursor.description]
             return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+    def together(self, *calls: tuple[str, dict[str, object]]) -> list[list[Row]]:
+        """Run several statements in one round trip and one transaction: the string of them is
+        one implicit transaction, all committed or none (its commit waits for the disk). Return
+        each one's rows. Each is bound on the client (psycopg's ClientCursor, as Django's
+        cursors are), so that their parameters' names cannot meet."""
+        with connection.cursor() as cursor:
+            cursor.execute(";\n".join(cursor.mogrify(self.statements[name], params)
+                                       for name, params in calls))
+            results = []
+            for name, _ in calls:
+                for _ in range(self._settings[name]):
+                    cursor.nextset()
+                columns = [column.name for column in cursor.description or ()]
+                results.append([dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+                               if columns else [])
+                cursor.nextset()
+            return results
 
     def one(self, name: str, /, **params) -> Row | None:
         """Run the statement; return its first row, or None."""
@@ -113,3 +139,20 @@ class Queries:
         with connection.cursor() as cursor:
             cursor.execute(self.statements[name], params)
             return cursor.rowcount
+
+
+def split_settings(statement: str) -> tuple[str, str]:
+    """(its SET LOCAL lines, the statement itself): for tools that EXPLAIN a statement."""
+    rest = statement
+    while match := _SET_LOCAL.match(rest):
+        rest = rest[match.end():]
+    return statement[:len(statement) - len(rest)], rest
+
+
+def _count_settings(statement: str) -> int:
+    """How many SET LOCAL lines the statement begins with."""
+    count = 0
+    while match := _SET_LOCAL.match(statement):
+        statement = statement[match.end():]
+        count += 1
+    return count

@@ -339,6 +339,11 @@ RETURNING s.id, s.status;
 -- A throttle ("slow down") is not the row's failure: its attempt is given back, and it is due
 -- again when the receiver said (Retry-After) or after throttle_delay; the paced rate, not its
 -- backoff, decides when it goes.
+-- Planned without nested loops: on a large table the planner takes the batch's rows, found by
+-- primary key, for a single row (in its statistics no row has claimed_by = this worker) and
+-- pairs each of them with every outcome (at 10,000,000 rows: 249,500 pairs, 78 ms a batch of
+-- 500 instead of 19 with the hash join it then takes).
+SET LOCAL enable_nestloop = off;
 WITH campaign AS MATERIALIZED (
     SELECT id, status FROM growth_campaigns WHERE id = %(campaign_id)s FOR SHARE
 )
