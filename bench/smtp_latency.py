@@ -14,9 +14,9 @@ raw client on as many connections, at every C and every delay:
 - **engine**: one ``run_sender`` process with ``SENDER_CONNECTIONS=C`` and Django's SMTP backend,
   timed as ``bench.engine`` times it (campaign resume to ``finished_at``; its connections open
   at first use, on the clock, as in production), once with a plain
-  receiver (each 5-message chunk handed over in its own commit just before it goes on a wire,
-  settled when the wire answers) and once with an idempotent one (the claimed batch shared out
-  between the C connections).
+  receiver (each wire takes 5-message chunks of the batch, handing each over just before it goes
+  on the wire, in the commit that settles the wire's last one) and once with an idempotent one
+  (the claimed batch shared out between the C connections).
 
 The batch is ``per_connection`` × C (20 × C by default: 20 at C = 1, 640 at C = 32). A plain
 receiver's batch needs at least 5 × C rows (SENDER_HANDOFF_CHUNK) for every wire to get a chunk;
@@ -26,11 +26,16 @@ receiver's batch needs at least 5 × C rows (SENDER_HANDOFF_CHUNK) for every wir
 N is scaled to what raw smtplib is expected to do in ``seconds`` (C ÷ (delay + PER_MESSAGE),
 at most RATE_CAP a second), rounded up to whole batches, at least MIN_BATCHES: at 50 ms and C = 1
 and 3 seconds that is 60 messages, at 0 ms and C = 32 several thousand.
+
+Beside each time, the CPU the whole machine spent meanwhile (``/proc/stat``: every process, the
+sink's and PostgreSQL's included), per message and as a share of all its cores: a point whose
+cores were busy all along measures the machine's CPU, not the receiver's latency.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +79,7 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
     points = plan(delays_ms=delays_ms, connections=connections, seconds=seconds,
                   per_connection=per_connection)
     timings = {point: {name: [] for name in CONTENDERS} for point in points}
+    cpu = {point: {name: [] for name in CONTENDERS} for point in points}  # busy core-seconds
     with smtp.Sink() as sink:
         for rep in range(1, repetitions + 1):
             say(f"smtp-latency: repetition {rep} of {repetitions}")
@@ -82,17 +88,25 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
                 sink.answer_after(delay, rcpt=delay if rcpt else 0.0)
                 audience = data.audience(point.recipients)
                 for name in CONTENDERS:
+                    busy_before = _busy_seconds()
                     timings[point][name].append(
                         _run(name, point=point, audience=audience, sink=sink, out=out))
+                    cpu[point][name].append(_busy_seconds() - busy_before)
                 rates = {name: point.recipients / s[-1] for name, s in timings[point].items()}
+                per_message = {name: c[-1] / point.recipients for name, c in cpu[point].items()}
                 say(f"  {point.delay_ms:>3} ms  C {point.connections:>2}  N {point.recipients:>5}  "
                     + "  ".join(f"{name} {rate:,.0f} /s" for name, rate in rates.items())
                     + f"  (plain {rates['plain'] / rates['smtplib']:.2f}×, "
-                      f"idempotent {rates['idempotent'] / rates['smtplib']:.2f}×)")
+                      f"idempotent {rates['idempotent'] / rates['smtplib']:.2f}×)  CPU a message "
+                    + ", ".join(f"{name} {per_message[name] * 1e6:,.0f} µs" for name in CONTENDERS)
+                    + "; cores busy " + ", ".join(
+                        f"{cpu[point][name][-1] / timings[point][name][-1] / os.cpu_count():.0%}"
+                        for name in CONTENDERS))
     return {"delays_ms": delays_ms, "connections": connections, "per_connection": per_connection,
             "rcpt": rcpt, "seconds_target": seconds,
             "points": [{"delay_ms": p.delay_ms, "connections": p.connections, "batch": p.batch,
-                        "recipients": p.recipients, "seconds": timings[p]} for p in points]}
+                        "recipients": p.recipients, "seconds": timings[p], "cpu_seconds": cpu[p]}
+                       for p in points], "cores": os.cpu_count()}
 
 
 def _run(contender: str, *, point: Point, audience, sink, out: Path) -> float:
@@ -104,3 +118,11 @@ def _run(contender: str, *, point: Point, audience, sink, out: Path) -> float:
                            idempotent=contender == "idempotent", out=out,
                            connections=point.connections,
                            name=f"latency{point.delay_ms}ms-c{point.connections}")
+
+
+def _busy_seconds() -> float:
+    """CPU-seconds the whole machine has spent not idle since boot (all cores, every process)."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")

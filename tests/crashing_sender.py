@@ -43,8 +43,9 @@ def main() -> None:
         from growth.sending import worker
 
         worker.Worker._deliver = die
-    elif point == "after-send":
+    elif point == "after-send":  # the settle, alone or with the wire's next hand-over
         sends.SendManager.settle = lambda self, outcomes, **kw: die() if outcomes else {}
+        sends.SendManager.settle_and_hand_over = lambda self, outcomes, ids, **kw: die()
     else:
         raise SystemExit(f"unknown point {point!r}")
     call_command("run_sender", *options)

@@ -84,7 +84,9 @@ def test_killed_between_send_and_settle_on_many_connections_leaves_one_chunk_eac
     crash_at("after-send", smtp_server, False, "--connections", "3", "--batch-size", "30")
     in_doubt = Send.objects.filter(status="sending", handed_over_at__isnull=False).count()
     assert CHUNK <= in_doubt <= 3 * CHUNK
-    assert statuses(campaign) == {"sending": 30, "queued": 10}  # the batch, and what is left
+    # the batch, and what is left (or the next batch too: the loop claims it once the wires
+    # have taken every chunk of this one; none of it is handed over then)
+    assert statuses(campaign) in ({"sending": 30, "queued": 10}, {"sending": 40})
     restart(smtp_server)
     counts = statuses(campaign)
     assert counts == {"unknown": in_doubt, "sent": 40 - in_doubt}

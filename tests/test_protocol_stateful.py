@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
-from django.core.mail import EmailMessage
 from django.db import connection
 from django.utils import timezone
 from hypothesis import HealthCheck, note, settings
@@ -36,7 +35,7 @@ from growth.job_ids import job_id
 from growth.managers.sends import Claimed
 from growth.models import Account, Campaign, Send, SendVerdict, Subscriber, Suppression
 from growth.operations.campaigns import approve_campaign
-from growth.sending.transports import BaseTransport, Delivery, Outcome
+from growth.sending.transports import BaseTransport, Outcome
 from growth.sending.worker import Worker
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
 from tests.protocol_mutants import MUTANTS, mutated
@@ -215,8 +214,9 @@ class SendProtocol(RuleBasedStateMachine):
     def build(self) -> None:
         self._build()
 
-    @rule(worker=st.sampled_from(sorted(WORKERS)), fate=st.sampled_from(FATES))
-    def worker_moves(self, worker: str, fate: str) -> None:
+    @rule(worker=st.sampled_from(sorted(WORKERS)), fate=st.sampled_from(FATES),
+          ahead=st.booleans())
+    def worker_moves(self, worker: str, fate: str, ahead: bool) -> None:
         """The worker's next move, in the order of its loop (Worker.cycle): idle, it runs its
         housekeeping and claims a batch (and, finding none, settles all it has sent and tries
         to finish the campaign); then it hands the batch over, sends it row by row (the
@@ -234,11 +234,13 @@ class SendProtocol(RuleBasedStateMachine):
         state = self.workers[worker]
         if state.to_send:
             self._transmit(worker, fate)
+        elif state.claimed and state.unsettled and not self.idempotent:
+            self._settle_and_hand_over(worker)  # a wire's last chunk, in its next one's commit
         elif state.claimed:
             self._hand_over(worker)
-        elif state.unsettled and not self.idempotent:  # settled inline, before anything else
+        elif state.unsettled and not self.idempotent and not ahead:
             self._settle(worker)
-        else:
+        else:  # (``ahead``: a plain worker's loop claims while its wires finish the last batch)
             self._build()
             self._recover()
             if not self._claim(worker, batch_size=WORKERS[worker]):
@@ -480,11 +482,27 @@ class SendProtocol(RuleBasedStateMachine):
         """The last check before the wire: the hand-over (plain), or the read of what an opt-out
         now blocks and the hand-over of those rows only (idempotent)."""
         state = self.workers[worker]
-        chunk = [Delivery(row.id, row.job_id, EmailMessage(to=[row.email])) for row in state.claimed]
         with self.p6_changes_only_rows_still_held(worker, state.attempts):
             # The Worker's own method: what it does with the managers' answers decides what goes
             # on the wire, so it is part of the protocol under test.
-            checked = self._worker(worker)._hand_over(chunk)
+            checked = self._worker(worker)._hand_over([row.id for row in state.claimed])
+        self._checked(worker, checked)
+
+    def _settle_and_hand_over(self, worker: str) -> None:
+        """A plain worker's wire: the settle of its last chunk and the hand-over of its next in
+        one commit (SendManager.settle_and_hand_over)."""
+        state = self.workers[worker]
+        chunk = state.unsettled.pop(0)
+        with self.p6_changes_only_rows_still_held(worker, {**chunk.attempts, **state.attempts}):
+            settled, checked = Send.objects.settle_and_hand_over(
+                chunk.outcomes, [row.id for row in state.claimed], campaign_id=self.campaign_id,
+                worker_id=worker, attempts=chunk.attempts, **RETRY)
+        note(f"{worker} settles {self._who({o.send_id: o.kind for o in chunk.outcomes})}: "
+             f"{self._who(settled)}, with the next hand-over")
+        self._checked(worker, checked)
+
+    def _checked(self, worker: str, checked: dict[int, str]) -> None:
+        state = self.workers[worker]
         state.checked_at = self.tick()
         state.to_send = [row for row in state.claimed if checked.get(row.id) == Send.Status.SENDING]
         state.claimed = []

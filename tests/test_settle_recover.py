@@ -58,6 +58,37 @@ def test_a_whole_batch_settles_in_one_statement():
 
 
 @pytest.mark.django_db
+def test_a_wire_settles_its_last_chunk_and_hands_over_its_next_in_one_round_trip():
+    campaign = sending_campaign(count=3)
+    a, b, c = Send.objects.claim(worker_id="w", batch_size=3, lease=60)
+    Send.objects.hand_over([a.id], worker_id="w")
+    Suppression.objects.suppress(account_id=campaign.account_id, email_lower=c.email.lower(),
+                                 reason="unsubscribed")  # opted out since the claim
+    with CaptureQueriesContext(connection) as queries:
+        settled, handed = Send.objects.settle_and_hand_over(
+            [Outcome(a.id, Outcome.SENT, provider_message_id="<m1@x>")], [b.id, c.id],
+            campaign_id=campaign.id, worker_id="w",
+            attempts={row.id: row.attempts for row in (a, b, c)}, **POLICY)
+    assert len(queries) == 1
+    assert settled == {a.id: "sent"} and handed == {b.id: "sending", c.id: "suppressed"}
+    assert statuses(campaign) == {"sent": 1, "sending": 1, "suppressed": 1}
+    assert Send.objects.get(id=b.id).handed_over_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_settle_and_the_next_hand_over_commit_together_or_not_at_all():
+    campaign = sending_campaign(count=1)
+    (a,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60)
+    Send.objects.hand_over([a.id], worker_id="w")
+    with pytest.raises(Exception, match="invalid input syntax"):  # fails after the settle ran
+        Send.objects.settle_and_hand_over(
+            [Outcome(a.id, Outcome.SENT)], ["not an id"], campaign_id=campaign.id, worker_id="w",
+            attempts={a.id: a.attempts}, **POLICY)
+    assert statuses(campaign) == {"sending": 1}  # the settle was rolled back with it
+    assert settle([Outcome(a.id, Outcome.SENT)]) == {a.id: "sent"}
+
+
+@pytest.mark.django_db
 def test_transient_failures_back_off_exponentially_until_the_retry_horizon_then_fail():
     sending_campaign(count=1)
     delays = []

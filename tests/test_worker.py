@@ -124,7 +124,10 @@ def test_a_paused_campaign_waits_and_resumes(smtp_settings):
     campaign = approved_campaign(count=20)
 
     run_worker(transport=pausing_once(campaign))  # until-idle: a paused campaign is not work
-    assert statuses(campaign) == {"sent": 7, "queued": 13}
+    # what the worker had claimed when the pause landed finishes: the batch on the wires, and
+    # the next one if it was claimed meanwhile (the loop claims while the wires finish a batch)
+    sent = statuses(campaign)["sent"]
+    assert sent in (7, 14) and statuses(campaign) == {"sent": sent, "queued": 20 - sent}
     Campaign.objects.resume(campaign_id=campaign.id)
     run_worker()
     assert statuses(campaign) == {"sent": 20}
@@ -179,7 +182,9 @@ def test_stop_ends_the_loop_after_the_batch_in_hand(smtp_settings):
 
     worker = Worker(batch_size=7, tick=0.05, lease=30, transport=StopAfterFirstBatch())
     worker.run()
-    assert statuses(campaign) == {"sent": 7, "queued": 43}
+    # the batch on the wires, and the next if the loop claimed it before the stop (see the pause)
+    sent = statuses(campaign)["sent"]
+    assert sent in (7, 14) and statuses(campaign) == {"sent": sent, "queued": 50 - sent}
 
 
 def test_a_hard_bounce_suppresses_the_address_for_that_tenant_only(smtp_settings, other_tenant):

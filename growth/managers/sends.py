@@ -190,15 +190,28 @@ class SendManager(models.Manager):
         # Not waiting for the disk: a settle lost in a database crash leaves its rows 'sending'
         # under a lease, and lease expiry treats them as after a worker's crash (queued again
         # for an idempotent receiver, 'unknown' for a plain one): never dropped, never resent.
-        rows = QUERIES.rows(
-            "settle", ids=[o.send_id for o in outcomes],
-            attempts=[attempts[o.send_id] for o in outcomes], outcomes=[o.kind for o in outcomes],
-            provider_ids=[o.provider_message_id for o in outcomes],
-            errors=[o.error for o in outcomes], retry_afters=[o.retry_after for o in outcomes],
-            campaign_id=campaign_id, worker_id=worker_id, retry_for=retry_for,
-            throttle_delay=throttle_delay, backoff_base=backoff_base, backoff_max=backoff_max,
-            wait_for_flush=False)
+        rows = QUERIES.rows("settle", wait_for_flush=False, **_settle_params(
+            outcomes, campaign_id=campaign_id, worker_id=worker_id, attempts=attempts,
+            retry_for=retry_for, backoff_base=backoff_base, backoff_max=backoff_max,
+            throttle_delay=throttle_delay))
         return {row["id"]: row["status"] for row in rows}
+
+    def settle_and_hand_over(self, outcomes: Sequence[Outcome], hand_over: Sequence[int], *,
+                             campaign_id: int, worker_id: str, attempts: Mapping[int, int],
+                             retry_for: float, backoff_base: float, backoff_max: float,
+                             throttle_delay: float = 1.0) -> tuple[dict[int, str], dict[int, str]]:
+        """Settle one chunk's outcomes and hand over the next chunk in one round trip and one
+        commit (which waits for the disk, as a hand-over's must); return what ``settle`` and
+        ``hand_over`` would. Committed together, a kill leaves either chunk in doubt, never
+        both: the wire that sent the first has not taken the second yet."""
+        settled, handed = QUERIES.together(
+            ("settle", _settle_params(outcomes, campaign_id=campaign_id, worker_id=worker_id,
+                                      attempts=attempts, retry_for=retry_for,
+                                      backoff_base=backoff_base, backoff_max=backoff_max,
+                                      throttle_delay=throttle_delay)),
+            ("hand_over", {"ids": list(hand_over), "worker_id": worker_id}))
+        return ({row["id"]: row["status"] for row in settled},
+                {row["id"]: row["status"] for row in handed})
 
     def release(self, send_ids: Sequence[int], *, campaign_id: int, worker_id: str,
                 idempotent: bool) -> list[int]:
@@ -248,3 +261,17 @@ class SendManager(models.Manager):
         """Return the tenant's campaigns that have a row for this address, newest first."""
         rows = QUERIES.rows("history_of_address", account_id=account_id, email_lower=email_lower)
         return [AddressHistory.from_row(row) for row in rows]
+
+
+def _settle_params(outcomes: Sequence[Outcome], *, campaign_id: int, worker_id: str,
+                   attempts: Mapping[int, int], retry_for: float, backoff_base: float,
+                   backoff_max: float, throttle_delay: float) -> dict[str, object]:
+    return {"ids": [o.send_id for o in outcomes],
+            "attempts": [attempts[o.send_id] for o in outcomes],
+            "outcomes": [o.kind for o in outcomes],
+            "provider_ids": [o.provider_message_id for o in outcomes],
+            "errors": [o.error for o in outcomes],
+            "retry_afters": [o.retry_after for o in outcomes],
+            "campaign_id": campaign_id, "worker_id": worker_id, "retry_for": retry_for,
+            "throttle_delay": throttle_delay, "backoff_base": backoff_base,
+            "backoff_max": backoff_max}

@@ -18,22 +18,27 @@ worker trades speed for doubt (``receiver_deduplicates`` says which it is):
   run on a thread of their own (``growth.sending.settler``), and a row whose lease expired is
   retried, same key.
 - plain: a resend would be a duplicate. Each small chunk is handed over in its own commit just
-  before it goes on a wire (``growth.sending.wires``: C connections, one chunk each) and settled
-  when that wire answers, so a kill leaves in doubt only the chunks that were on the wires; such
-  a row becomes 'unknown' for an operator, never silently resent or dropped.
+  before it goes on a wire (``growth.sending.wires``: C connections, each with its own database
+  connection, one chunk each) and settled in the same commit as that wire's next hand-over, so a
+  kill leaves in doubt only the chunks that were on the wires; such a row becomes 'unknown' for
+  an operator, never silently resent or dropped.
+
+Within ``run()`` the loop claims the next batch while the wires finish the last one (at most
+two batches in hand: a stop or a pause lets both finish).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import random
 import socket
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, as_completed, wait
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -141,6 +146,19 @@ class Batch:
         return [row for row in self.rows if row.status == Send.Status.SENDING]
 
 
+@dataclass
+class Delivering:
+    """A batch on the wires: what each connection is doing with its part."""
+
+    batch: Batch
+    wires: list[Future]
+    # every piece of it is on a wire or answered (set when nothing of it waits for a wire)
+    dealt: threading.Event = field(default_factory=threading.Event)
+
+    def done(self) -> bool:
+        return all(wire.done() for wire in self.wires)
+
+
 class Worker:
     def __init__(self, *, worker_id: str | None = None, batch_size: int = 20,
                  tick: float = 60.0, lease: float | None = None,
@@ -172,6 +190,8 @@ class Worker:
         self._was_full = False
         self._housekept_at = 0.0
         self._settler: Settler | InlineSettler = InlineSettler()  # a lone cycle() settles as it goes
+        self._in_flight: deque[Delivering] = deque()  # batches on the wires, oldest first
+        self._pipelined = False  # run(): claim the next batch while the wires finish this one
         self._heartbeat_file = heartbeat_file
         self._beat_at = -HEARTBEAT_EVERY
         self._console = Console(worker_id=self.worker_id)
@@ -186,9 +206,13 @@ class Worker:
                               lease=self.lease, idempotent=self.idempotent,
                               connections=self.connections)
         self._settler = Settler() if self.idempotent else InlineSettler()
+        self._pipelined = True
         try:
             self._loop()  # the transport connects on first use: a mail server down now is transient
         finally:
+            self._pipelined = False
+            self._retrying_db(lambda: self._land(block=True),
+                              deadline=time.monotonic() + self.lease)
             self._settler.close()  # what went out is settled before we go
             self._settler = InlineSettler()
             self._wires.close()  # every connection, self.transport's included
@@ -217,7 +241,12 @@ class Worker:
             self._stop.wait(wait)
 
     def cycle(self) -> bool:
-        """Run one pass of the engine; return True when more rows are likely waiting now."""
+        """Run one pass of the engine; return True when more rows are likely waiting now.
+
+        Within run(), the batch claimed here may still be on the wires when this returns (the
+        next cycle claims while they finish it); alone, a cycle returns with its batch settled.
+        """
+        self._make_room()
         if self._housekeeping_due():
             self._start_due()
             self._build()
@@ -226,13 +255,14 @@ class Worker:
         batch = self._claim()
         if batch is not None:
             try:
-                for outcomes in self._deliver(batch):
-                    self._settle(batch, outcomes)
+                self._in_flight.append(self._deliver(batch))
             except (OperationalError, InterfaceError):
                 raise  # the database, not the campaign: _retrying_db waits for it
             except Exception as exc:  # this campaign cannot be sent as it is: it alone stops
                 self._contain(batch, exc)
-            self._settler.submit(lambda: batch.tally.report(self.worker_id, self.transport.label))
+                self._report(batch)
+        if not self._pipelined:
+            self._land(block=True)
         self._was_full = batch is not None and batch.full
         if not self._was_full:  # while full batches come, no campaign can be finished yet
             self._finish()
@@ -294,84 +324,163 @@ class Worker:
                          tally=Tally(campaign.campaign_id, claimed=len(claim.rows), to_send=going))
         return None
 
-    def _deliver(self, batch: Batch) -> Iterator[list[Outcome]]:
-        """Render the batch, then hand it over and send it on the worker's connections; yield
-        the outcomes of each piece, which the caller settles."""
-        deliveries, unrenderable = self._render(batch.campaign_id, batch.to_send)
-        if unrenderable:
-            yield unrenderable
+    def _deliver(self, batch: Batch) -> Delivering:
+        """Put the batch on the worker's connections (``growth.sending.wires``); ``_land``
+        settles what they answered."""
+        if not batch.to_send:
+            return _nothing_to_deliver(batch)
+        renderer = self._renderer(batch.campaign_id)  # what fails here fails the whole campaign
         if self.idempotent:
-            yield from self._deliver_at_once(batch, deliveries)
-        else:
-            yield from self._deliver_chunk_by_chunk(batch, deliveries)
+            return self._deliver_at_once(batch, renderer)
+        return self._deliver_chunk_by_chunk(batch, renderer)
 
-    def _deliver_at_once(self, batch: Batch, deliveries: list[Delivery]) -> Iterator[list[Outcome]]:
+    def _deliver_at_once(self, batch: Batch, renderer: CampaignRenderer) -> Delivering:
         """Idempotent receiver: one look at the opt-outs for the whole batch, the batch shared
-        out between the connections, one settle when every wire has answered (a resend is
-        absorbed: nothing is gained by settling a part sooner, and each settle is a round trip)."""
-        handed = self._retrying_db(lambda: self._hand_over(deliveries),
+        out between the connections (each renders and sends its share), one settle when every
+        wire has answered (a resend is absorbed: nothing is gained by settling a part sooner, and
+        each settle is a round trip). Only the claim overlaps the batch before: the look at
+        the opt-outs waits for its wires, so that it is taken just before these sends."""
+        self._land(block=True)
+        handed = self._retrying_db(lambda: self._hand_over([row.id for row in batch.to_send]),
                                    deadline=time.monotonic() + self.lease)
         if handed is None:
-            return  # no database for a whole lease: these rows are retried on expiry
+            return _nothing_to_deliver(batch)  # no database for a whole lease: retried on expiry
         batch.tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
-        going = [d for d in deliveries if handed.get(d.send_id) == Send.Status.SENDING]
+        going = [row for row in batch.to_send if handed.get(row.id) == Send.Status.SENDING]
         size = -(-len(going) // self._wires.count) or 1
-        on_the_wire = [self._wires.send(going[start:start + size], self._send)
-                       for start in range(0, len(going), size)]
-        outcomes: list[Outcome] = []
-        broken: BaseException | None = None
-        for future in on_the_wire:
-            if future.exception():
-                broken = broken or future.exception()
-            else:
-                outcomes += future.result()
-        if outcomes:
-            yield outcomes
-        if broken:
-            raise broken
+        delivering = Delivering(batch, [
+            self._wires.run(lambda transport, rows=going[start:start + size]:
+                            self._render_and_send(transport, renderer, rows))
+            for start in range(0, len(going), size)])
+        delivering.dealt.set()
+        return delivering
 
-    def _deliver_chunk_by_chunk(self, batch: Batch,
-                                deliveries: list[Delivery]) -> Iterator[list[Outcome]]:
-        """Plain receiver: each chunk handed over in its own commit just before it goes on a
-        wire, and yielded to be settled as soon as its wire answers: at most one chunk per
-        connection is handed over and unsettled at any time."""
-        on_the_wire: set[Future] = set()
-        broken: BaseException | None = None  # a transport that raised: the rest still settles
-        for start in range(0, len(deliveries), self.chunk_size):
-            while len(on_the_wire) >= self._wires.count or (broken and on_the_wire):
-                answered, on_the_wire = wait(on_the_wire, return_when=FIRST_COMPLETED)
-                for future in answered:
-                    broken = broken or future.exception()
-                    if not future.exception():
-                        yield future.result()
-            if broken:
-                break
-            chunk = deliveries[start:start + self.chunk_size]
-            handed = self._retrying_db(lambda chunk=chunk: self._hand_over(chunk),
+    def _deliver_chunk_by_chunk(self, batch: Batch, renderer: CampaignRenderer) -> Delivering:
+        """Plain receiver: the batch cut into small chunks that every wire takes from, one at a
+        time: it renders one, hands it over in the commit that settles its last one, and sends
+        it (``_chunk_on_a_wire``), so at most one chunk per connection is handed over and
+        unsettled at any time. The wires take their chunks themselves: were this thread to deal
+        out each one, it would wait for the GIL behind C busy wires every time."""
+        rows = batch.to_send
+        chunks: queue.SimpleQueue[Sequence[Claimed]] = queue.SimpleQueue()
+        for start in range(0, len(rows), self.chunk_size):
+            chunks.put(rows[start:start + self.chunk_size])
+        broken = threading.Event()  # a transport raised: no wire takes another chunk
+        delivering = Delivering(batch, [])
+
+        def take_chunks(transport: BaseTransport) -> None:
+            answered: list[Outcome] = []  # the last chunk's, settled with the next hand-over
+            try:
+                while not broken.is_set():
+                    try:
+                        chunk = chunks.get_nowait()
+                    except queue.Empty:
+                        break
+                    answered = self._chunk_on_a_wire(transport, batch, renderer, chunk, answered)
+            except BaseException:
+                broken.set()  # what is on the other wires still settles; the rest stays
+                raise
+            finally:
+                delivering.dealt.set()
+                self._settle(batch, answered)
+
+        delivering.wires = [self._wires.run(take_chunks)
+                            for _ in range(min(self._wires.count, chunks.qsize()))]
+        if not delivering.wires:
+            delivering.dealt.set()
+        return delivering
+
+    def _chunk_on_a_wire(self, transport: BaseTransport, batch: Batch,
+                         renderer: CampaignRenderer, rows: Sequence[Claimed],
+                         answered: list[Outcome]) -> list[Outcome]:
+        """On a wire's thread and database connection: render the chunk, hand it over (committed
+        before the transport sees it, with the settle of what this wire ``answered`` last), send
+        it; return its outcomes, which the next hand-over (or the wire's last settle) records."""
+        deliveries, unrenderable = self._render(renderer, rows)
+        answered = [*answered, *unrenderable]
+        if not deliveries:
+            return answered
+        ids = [d.send_id for d in deliveries]
+        if answered:
+            handed = self._retrying_db(lambda: self._settle_and_hand_over(batch, answered, ids),
                                        deadline=time.monotonic() + self.lease)
-            if handed is None:
-                break  # no database for a whole lease: unsent, these rows are queued again on expiry
-            batch.tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
-            on_the_wire.add(self._wires.send(
-                [d for d in chunk if handed.get(d.send_id) == Send.Status.SENDING], self._send))
-        for future in as_completed(on_the_wire):
-            if future.exception():
-                broken = broken or future.exception()
-            else:
-                yield future.result()
-        if broken:
-            raise broken
+        else:
+            handed = self._retrying_db(lambda: self._hand_over(ids),
+                                       deadline=time.monotonic() + self.lease)
+        if handed is None:
+            # no database for a whole lease: this chunk is unsent (queued again on expiry), the
+            # last one's rows are in doubt as after a crash ('unknown' on expiry)
+            return []
+        batch.tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
+        return self._send(transport, [d for d in deliveries
+                                      if handed.get(d.send_id) == Send.Status.SENDING])
+
+    def _render_and_send(self, transport: BaseTransport, renderer: CampaignRenderer,
+                         rows: Sequence[Claimed]) -> list[Outcome]:
+        """On a wire's thread: render a share of the batch and send it; its outcomes."""
+        deliveries, unrenderable = self._render(renderer, rows)
+        return unrenderable + self._send(transport, deliveries)
+
+    def _make_room(self) -> None:
+        """Before a claim: settle what the wires finished, and claim only once every piece of
+        the last batch is on a wire, with at most one batch before it still finishing there; so
+        a stop or a pause lets at most the batch on the wires and the next go out."""
+        self._land(block=False)
+        while len(self._in_flight) > 1:
+            self._land_oldest()
+        if self._in_flight:
+            self._in_flight[-1].dealt.wait()
+
+    def _land(self, *, block: bool) -> None:
+        """Settle the batches the wires have finished, oldest first (``block``: all of them,
+        waiting for the wires)."""
+        while self._in_flight and (block or self._in_flight[0].done()):
+            self._land_oldest()
+
+    def _land_oldest(self) -> None:
+        """Wait for the oldest batch on the wires, settle it (idempotent: its one settle), and
+        pause its campaign if its transport raised, once nothing of the worker's is on the
+        wires any more."""
+        delivering = self._in_flight[0]
+        wait(delivering.wires)
+        self._in_flight.popleft()
+        batch = delivering.batch
+        answered = [wire.result() for wire in delivering.wires if not wire.exception()]
+        if self.idempotent:  # plain: each chunk was settled on its wire
+            self._settle(batch, [outcome for share in answered for outcome in share])
+        failed = next((wire.exception() for wire in delivering.wires if wire.exception()), None)
+        if isinstance(failed, OperationalError | InterfaceError):
+            # the database, not the campaign: unsettled rows keep their lease
+            logger.warning("campaign %s: a wire lost the database (%s)", batch.campaign_id,
+                           failed, extra={"campaign_id": batch.campaign_id,
+                                          "worker_id": self.worker_id})
+        elif failed is not None:
+            wait([wire for later in self._in_flight for wire in later.wires])
+            self._contain(batch, failed)
+        self._report(batch)
+
+    def _report(self, batch: Batch) -> None:
+        self._settler.submit(lambda: batch.tally.report(self.worker_id, self.transport.label))
 
     def _settle(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
         if outcomes:
             self._settler.submit(lambda: self._settled(batch, outcomes))
 
     def _settled(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
-        settled = self._record(batch, outcomes)
+        self._after_settle(batch, outcomes, self._record(batch, outcomes))
+
+    def _after_settle(self, batch: Batch, outcomes: Sequence[Outcome],
+                      settled: dict[int, str]) -> None:
+        """Count what was settled, suppress hard bounces, adapt the rates to the answers."""
         batch.tally.add(settled)
         self._suppress_hard_bounces(batch, outcomes, settled)
-        self._pacer.observe(batch.destinations, outcomes,
-                            sent_since=time.monotonic() - batch.tally.started)
+        try:
+            self._pacer.observe(batch.destinations, outcomes,
+                                sent_since=time.monotonic() - batch.tally.started)
+        except (OperationalError, InterfaceError) as exc:  # only this adaptation of the rates is lost
+            _discard_connection()
+            logger.warning("campaign %s: rates not adapted to its answers (%s)", batch.campaign_id,
+                           exc, extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
 
     def _contain(self, batch: Batch, exc: Exception) -> None:
         """Pause the batch's campaign with the reason, and give back its rows that never went
@@ -389,6 +498,7 @@ class Worker:
                              worker_id=self.worker_id, idempotent=self.idempotent)
 
     def _finish(self) -> None:
+        self._land(block=True)
         self._settler.drain()  # finish judges by settled rows
         self._console.finished(Campaign.objects.finish())
 
@@ -429,11 +539,9 @@ class Worker:
                           if c.campaign_id > self._last_campaign_id), 0)
         return campaigns[start:] + campaigns[:start]
 
-    def _render(self, campaign_id: int,
+    @staticmethod
+    def _render(renderer: CampaignRenderer,
                 rows: Sequence[Claimed]) -> tuple[list[Delivery], list[Outcome]]:
-        if not rows:
-            return [], []
-        renderer = self._renderer(campaign_id)
         deliveries: list[Delivery] = []
         unrenderable: list[Outcome] = []
         for row in rows:
@@ -473,9 +581,8 @@ class Worker:
             histogram.observe(each)
         return outcomes
 
-    def _hand_over(self, chunk: Sequence[Delivery]) -> dict[int, str]:
+    def _hand_over(self, ids: Sequence[int]) -> dict[int, str]:
         """Return {send id: 'sending' (send it) | 'suppressed'} for the rows still ours."""
-        ids = [d.send_id for d in chunk]
         if not self.idempotent:
             with metrics.STATEMENT_SECONDS.labels("hand_over").time():
                 return Send.objects.hand_over(ids, worker_id=self.worker_id)
@@ -493,14 +600,26 @@ class Worker:
         lasts (past it, the rows are recovered as after a crash)."""
         def settle() -> dict[int, str]:
             with metrics.STATEMENT_SECONDS.labels("settle").time():
-                return Send.objects.settle(
-                    outcomes, campaign_id=batch.campaign_id, worker_id=self.worker_id,
-                    attempts=batch.attempts, retry_for=settings.SENDER_RETRY_FOR,
-                    backoff_base=settings.SENDER_BACKOFF_BASE,
-                    backoff_max=settings.SENDER_BACKOFF_MAX,
-                    throttle_delay=settings.SENDER_THROTTLE_EVERY)
+                return Send.objects.settle(outcomes, **self._settle_policy(batch))
 
         return self._retrying_db(settle, deadline=time.monotonic() + self.lease) or {}
+
+    def _settle_and_hand_over(self, batch: Batch, answered: Sequence[Outcome],
+                              ids: Sequence[int]) -> dict[int, str]:
+        """Plain receiver: settle a wire's last chunk and hand over its next in one round trip;
+        return the hand-over's {send id: 'sending' | 'suppressed'}."""
+        with metrics.STATEMENT_SECONDS.labels("settle_and_hand_over").time():
+            settled, handed = Send.objects.settle_and_hand_over(answered, ids,
+                                                                **self._settle_policy(batch))
+        self._after_settle(batch, answered, settled)
+        return handed
+
+    def _settle_policy(self, batch: Batch) -> dict:
+        return {"campaign_id": batch.campaign_id, "worker_id": self.worker_id,
+                "attempts": batch.attempts, "retry_for": settings.SENDER_RETRY_FOR,
+                "backoff_base": settings.SENDER_BACKOFF_BASE,
+                "backoff_max": settings.SENDER_BACKOFF_MAX,
+                "throttle_delay": settings.SENDER_THROTTLE_EVERY}
 
     def _suppress_hard_bounces(self, batch: Batch, outcomes: Sequence[Outcome],
                                settled: dict[int, str]) -> None:
@@ -554,6 +673,12 @@ class Worker:
                 if self._stop.wait(delay) and deadline is None:
                     return default
                 delay = min(delay * 2, DB_RETRY_MAX)
+
+
+def _nothing_to_deliver(batch: Batch) -> Delivering:
+    delivering = Delivering(batch, [])
+    delivering.dealt.set()
+    return delivering
 
 
 def _discard_connection() -> None:
