@@ -380,16 +380,44 @@ def _smtp_latency(latency: dict) -> list[str]:
                f"receiver answers DATA{rcpt} after the delay; engine batch "
                f"{latency['per_connection']}·C)", "",
            "| delay | C | N | batch | raw smtplib | engine, plain receiver "
-           "| engine, idempotent receiver | plain / smtplib | idempotent / smtplib |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| engine, idempotent receiver | plain / smtplib | idempotent / smtplib "
+           "| machine CPU a message: raw; plain, idempotent ÷ raw | cores busy: raw / plain / "
+           "idempotent |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for point in latency["points"]:
         raw = _latency_rate(point, "smtplib")
         out.append(f"| {point['delay_ms']} ms | {point['connections']} | {point['recipients']:,} "
                    f"| {point['batch']:,} | {_latency_cell(point, 'smtplib')} "
                    f"| {_latency_cell(point, 'plain')} | {_latency_cell(point, 'idempotent')} "
                    f"| {_ratio(_latency_rate(point, 'plain'), raw)} "
-                   f"| {_ratio(_latency_rate(point, 'idempotent'), raw)} |")
+                   f"| {_ratio(_latency_rate(point, 'idempotent'), raw)} "
+                   f"| {_latency_cpu(point)} | {_latency_busy(point, latency.get('cores') or 1)} |")
+    if any("cpu_seconds" in point for point in latency["points"]):
+        out += ["", "Machine CPU: every process's busy time while the contender ran (`/proc/stat`, "
+                    "the sink and PostgreSQL included), the median per message; cores busy: that "
+                    "time over the run's wall time and every core. A point whose cores were busy "
+                    "all along measures the machine's CPU, not the receiver's latency."]
     return out
+
+
+def _latency_cpu(point: dict) -> str:
+    cpu = point.get("cpu_seconds")
+    if not cpu or not cpu.get("smtplib"):
+        return "–"
+    each = {name: statistics.median(runs) / point["recipients"] for name, runs in cpu.items() if runs}
+    raw = each["smtplib"]
+    return (f"{raw * 1e6:,.0f} µs; " + ", ".join(_ratio(each.get(name), raw)
+                                                  for name in ("plain", "idempotent")))
+
+
+def _latency_busy(point: dict, cores: int) -> str:
+    cpu = point.get("cpu_seconds")
+    if not cpu:
+        return "–"
+    def busy(name: str) -> str:
+        wall = statistics.median(point["seconds"][name])
+        return f"{statistics.median(cpu[name]) / wall / cores:.0%}" if cpu.get(name) else "–"
+
+    return " / ".join(busy(name) for name in ("smtplib", "plain", "idempotent"))
 
 
 def _pacing(pacing: dict) -> list[str]:

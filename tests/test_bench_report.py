@@ -27,8 +27,10 @@ RESULTS = {
             {"delay_ms": 50, "connections": 1, "batch": 20, "recipients": 80,
              "seconds": {"smtplib": [4.0, 4.0], "plain": [4.4, 4.6], "idempotent": [4.2, 4.2]}},
             {"delay_ms": 50, "connections": 32, "batch": 640, "recipients": 2560,
-             "seconds": {"smtplib": [4.0, 4.0], "plain": [8.0, 4.0], "idempotent": [5.0, 5.0]}},
+             "seconds": {"smtplib": [4.0, 4.0], "plain": [8.0, 4.0], "idempotent": [5.0, 5.0]},
+             "cpu_seconds": {"smtplib": [2.56, 2.56], "plain": [5.12, 5.12], "idempotent": [3.84, 3.84]}},
         ],
+        "cores": 2,
     },
     "build": {"size": 1000, "generated_in": 0.1,
               "seconds": {"engine": [1.0, 1.0], "statement": [1.0, 1.0], "plain": [0.95, 0.95]}},
@@ -88,6 +90,8 @@ def test_markdown_puts_targets_first_and_shows_noise(tmp_path):
     assert "(±33%)" in text  # engine batch 20: 500 and 250 /s around a median of 375
     assert "| made by the first throttle | 30 | 15 | 0.50 | 0.02× | 0.03× | 0.20 → 0.21 /s | 5.0 s |" in text
     assert "| claim_paced / claim at 1,000,000 | 0.75× | 0.71× | 2.13× | 0.89× |" in text
+    # the machine's CPU a message (1 ms raw; 2× and 1.5× that) and its cores' busy share
+    assert "| 1,000 µs; 2.00×, 1.50× | 32% / 43% / 38% |" in text
     assert ("| 50 ms | 32 | 2,560 | 640 | 640 | 427 (±33%) | 512 | 0.67× | 0.80× |"
             in text)  # plain: 320 and 640 /s, N over the median of 8 and 4 s
     report.chart(RESULTS, tmp_path / "chart.png")
