@@ -90,7 +90,7 @@ def test_markdown_puts_targets_first_and_shows_noise(tmp_path):
     assert "(±33%)" in text  # engine batch 20: 500 and 250 /s around a median of 375
     assert "| made by the first throttle | 30 | 15 | 0.50 | 0.02× | 0.03× | 0.20 → 0.21 /s | 5.0 s |" in text
     assert "| claim_paced / claim at 1,000,000 | 0.75× | 0.71× | 2.13× | 0.89× |" in text
-    # the machine's CPU a message (1 ms raw; 2× and 1.5× that) and its cores' busy share
+    # the machine's CPU a message (1 ms raw; twice and 1.5 times that) and its cores' busy share
     assert "| 1,000 µs; 2.00×, 1.50× | 32% / 43% / 38% |" in text
     assert ("| 50 ms | 32 | 2,560 | 640 | 640 | 427 (±33%) | 512 | 0.67× | 0.80× |"
             in text)  # plain: 320 and 640 /s, N over the median of 8 and 4 s
