@@ -12,6 +12,7 @@ import time
 import pytest
 
 from growth.models import Campaign, Suppression
+from growth.sending import console as console_module
 from growth.sending.console import Console
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
@@ -66,6 +67,31 @@ def test_a_progress_line_every_few_seconds_with_rate_and_eta_and_none_when_nothi
     assert len(lines(caplog)) == 2
     record = next(r for r in reversed(caplog.records) if r.name == CONSOLE)
     assert (record.campaign_id, record.sent, record.total, record.queued) == (campaign.id, 4, 10, 6)
+
+
+def test_looks_at_the_progress_are_spaced_by_what_they_cost(caplog, monkeypatch):
+    """Counting a huge campaign takes a while, on the worker's loop: looks are spaced so that
+    they take at most 5 % of its time (a 2 s count: the next look 40 s later, not 5)."""
+    campaign = sending_campaign(count=10, name="Spring news")
+    clock = Clock()
+    console = Console(worker_id="w1", every=5, clock=clock)
+    counting = console_module._counts
+
+    def slow_count(campaign_ids):
+        clock.now += 2  # what counting 10,000,000 rows costs, give or take
+        return counting(campaign_ids)
+
+    monkeypatch.setattr(console_module, "_counts", slow_count)
+    console.sending([campaign.id])
+    console.progress()
+    looked_at = clock.now
+    Worker(worker_id="w1", transport=NullTransport(), batch_size=4).cycle()
+    clock.now = looked_at + 30
+    console.progress()  # 30 s after a 2 s look: too soon
+    assert len(lines(caplog)) == 1
+    clock.now = looked_at + 38  # the look started 2 s before it ended: 40 s after that start
+    console.progress()
+    assert len(lines(caplog)) == 2 and "4/10 sent" in lines(caplog)[-1]
 
 
 def test_pause_resume_and_cancel_are_noticed_with_the_figures(caplog):
