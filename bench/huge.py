@@ -41,6 +41,7 @@ from pathlib import Path
 from django.db import connection, transaction
 
 from bench import admin_pages, build, data, engine, export, pacing
+from growth.managers.queries import split_settings
 from growth.managers.sends import QUERIES
 from growth.models import Campaign, Send
 
@@ -142,17 +143,34 @@ def _claims(campaign_id: int) -> dict:
     times: dict[str, list[float]] = {name: [] for name in statements}
     for _ in range(EXPLAIN_RUNS + 1):  # the first run warms the cache: not counted
         for name, (sql, params) in statements.items():
-            times[name].append(pacing._explained(sql, params)["Execution Time"])
+            times[name].append(_explained(sql, params)["Execution Time"])
     figures = {}
     for name, (sql, params) in statements.items():
-        root = pacing._explained(sql, params)["Plan"]
+        root = _explained(sql, params)["Plan"]
         figures[name] = {
             "ms": statistics.median(times[name][1:]),
             "buffers": root.get("Shared Hit Blocks", 0) + root.get("Shared Read Blocks", 0),
             "read": root.get("Shared Read Blocks", 0),
             "sends_read": pacing._rows_read(root, "growth_sends"), "claimed": pacing._claimed(root),
-            "plan": pacing._explained(sql, params, text=True)}
+            "plan": _explained(sql, params, text=True)}
     return figures
+
+
+def _explained(sql: str, params: dict, *, text: bool = False):
+    """pacing._explained for a statement that may begin with SET LOCAL lines (sends.sql's settle
+    does): they run first, in the same rolled-back transaction, and the statement is EXPLAINed."""
+    settings, statement = split_settings(sql)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(settings + f"EXPLAIN (ANALYZE, BUFFERS{'' if text else ', FORMAT JSON'}) "
+                       + statement, params)
+        while cursor.nextset():  # past the SET LOCALs' results, to the plan
+            pass
+        rows = cursor.fetchall()
+        transaction.set_rollback(True)
+    if text:
+        return "\n".join(row[0] for row in rows)
+    (document,), = rows
+    return (document if isinstance(document, list) else json.loads(document))[0]
 
 
 def _join_filtered(node: dict) -> int:
@@ -169,18 +187,23 @@ def _settle_explained(campaign_id: int, *, text: bool = False):
         cursor.execute(QUERIES["claim"], {"worker_id": "explain", "batch_size": BATCH,
                                           "lease": 300.0, "campaign_id": campaign_id,
                                           "hand_over": True})
+        while cursor.nextset():  # past the SET LOCALs' results, to the claimed rows
+            pass
         columns = [column.name for column in cursor.description]
         claimed = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
         ids = [row["id"] for row in claimed]
         document = None
         if ids:
-            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS{'' if text else ', FORMAT JSON'}) "
-                           + QUERIES["settle"], {
+            settings, statement = split_settings(QUERIES["settle"])
+            cursor.execute(settings + f"EXPLAIN (ANALYZE, BUFFERS{'' if text else ', FORMAT JSON'}) "
+                           + statement, {
                                "ids": ids, "attempts": [row["attempts"] for row in claimed],
                                "campaign_id": campaign_id, "outcomes": ["sent"] * len(ids),
                                "provider_ids": ["null"] * len(ids), "errors": [""] * len(ids),
                                "retry_afters": [None] * len(ids), "worker_id": "explain",
                                **SETTLE_POLICY})
+            while cursor.nextset():  # past the SET LOCALs' results, to the plan
+                pass
             rows = cursor.fetchall()
             if text:
                 document = "\n".join(row[0] for row in rows)
@@ -248,7 +271,8 @@ def bare_loop(campaign_id: int, rows: int, say, *, slices: int) -> list[dict]:
         while done < rows:
             t0 = time.perf_counter()
             cursor = conn.execute(NO_FLUSH_WAIT + QUERIES["claim"], claim_params)
-            cursor.nextset()
+            while cursor.nextset():  # past the SET LOCALs' results, to the claimed rows
+                pass
             claimed = cursor.fetchall()
             t1 = time.perf_counter()
             if not claimed:
@@ -259,7 +283,8 @@ def bare_loop(campaign_id: int, rows: int, say, *, slices: int) -> list[dict]:
                 "campaign_id": campaign_id, "outcomes": ["sent"] * len(ids),
                 "provider_ids": ["null"] * len(ids), "errors": [""] * len(ids),
                 "retry_afters": [None] * len(ids), "worker_id": "huge", **SETTLE_POLICY})
-            cursor.nextset()
+            while cursor.nextset():
+                pass
             t2 = time.perf_counter()
             first = first if first is not None else (t1 - t0) * 1000
             claims.append((t1 - t0) * 1000)
@@ -379,9 +404,51 @@ def exports(campaign_id: int, audience, say) -> dict:
     return runs
 
 
+# -- 5. beside it ---------------------------------------------------------------------------------
+
+NEIGHBOUR = 200_000  # recipients of the small campaign measured beside the finished big one
+
+
+def neighbours(size: int, say) -> dict:
+    """Does one table keep serving the next campaign once a big one has finished in it (what
+    partitioning by campaign would buy)? A campaign of ``size`` recipients (an account of its
+    own) is built and measured as a moment beside the finished campaign's rows, then alone, on an
+    emptied growth_sends, in the same run: the ratio is the big campaign's rows' cost to it (the
+    campaign list counts every campaign on its page, the finished one too). The second build is
+    of subscribers the first one read: warmer."""
+    small = data.audience(size)
+    rows = _one("SELECT count(*) FROM growth_sends")
+    figures = {"size": size, "rows_beside": rows}
+    for label in ("beside", "alone"):
+        if label == "alone":
+            data.fresh_sends()
+        campaign_id = data.approved_campaign(small)
+        assert Campaign.objects.start_due() == [campaign_id], "another campaign was due"
+        started = time.perf_counter()
+        assert Send.objects.build_recipients(campaign_id=campaign_id) == size
+        built = time.perf_counter() - started
+        say(f"huge: a campaign of {size:,} {label} "
+            + (f"{rows:,} rows of a finished one" if label == "beside" else "in growth_sends")
+            + f": built in {built:.1f} s")
+        figures[label] = {"build_seconds": built,
+                          **moment(f"{size:,} {label}", campaign_id, say)}
+        for c in figures[label]["claims"].values():
+            c.pop("plan")
+    return figures
+
+
 # -- the family -----------------------------------------------------------------------------------
 
+def _save(out: Path, results: dict, phase: str, started: float) -> None:
+    """After each phase, what is measured so far (``huge-partial.json``): a 10M run takes an
+    hour or more, and a run stopped before the end (a deadline, a full disk) keeps its figures;
+    the bench writes results.json only once every family has finished."""
+    results.setdefault("phases", {})[phase] = time.perf_counter() - started
+    (out / "huge-partial.json").write_text(json.dumps(results, indent=1, default=str))
+
+
 def measure(*, size: int, out: Path, say) -> dict:
+    began = time.perf_counter()
     path = _setting("data_directory")
     size, disk = fitting(size, path if os.path.exists(path) else "/")
     say(f"huge: {size:,} recipients (asked {disk['asked']:,}); {disk['free'] / 2**30:.0f} GiB free, "
@@ -391,22 +458,34 @@ def measure(*, size: int, out: Path, say) -> dict:
     audience = data.audience(size)
     results["generated_in"] = audience.seconds
     say(f"huge: account of {size:,} generated in {audience.seconds:.0f} s")
+    _save(out, results, "generated", began)
     campaign_id, results["build"] = builds(audience, say)
+    _save(out, results, "built", began)
     results["moments"]["built"] = moment("built", campaign_id, say)
+    _save(out, results, "moment: built", began)
     half = size // 2
     results["loop"] = bare_loop(campaign_id, half, say, slices=10)
+    _save(out, results, "bare loop", began)
     results["moments"]["half sent"] = moment("half sent", campaign_id, say)
+    _save(out, results, "moment: half sent", began)
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute("VACUUM growth_sends")
     results["vacuum_seconds"] = time.perf_counter() - started
     say(f"huge: VACUUM growth_sends at half: {results['vacuum_seconds']:.0f} s")
+    results["bytes_at_half"] = _sizes()
     results["moments"]["half sent, vacuumed"] = moment("half sent, vacuumed", campaign_id, say)
+    _save(out, results, "moment: half sent, vacuumed", began)
     results["engine"] = engine_rest(campaign_id, size - data.counts(campaign_id).get("sent", 0),
                                     out, say)
+    _save(out, results, "engine", began)
     results["moments"]["all sent"] = moment("all sent", campaign_id, say, reopen=True)
     results["bytes_at_end"] = _sizes()
+    _save(out, results, "moment: all sent", began)
     results["export"] = exports(campaign_id, audience, say)
+    _save(out, results, "export", began)
+    results["neighbours"] = neighbours(NEIGHBOUR, say)
+    _save(out, results, "neighbours", began)
     plans = [f"=== {name}, {label} ({figures['sent']:,} sent): {c['ms']:.2f} ms\n{c['plan']}\n"
              for label, figures in results["moments"].items() for name, c in figures["claims"].items()]
     (out / "huge-plans.txt").write_text("\n".join(plans))
