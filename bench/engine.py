@@ -27,6 +27,7 @@ NULL = "growth.sending.transports.null.NullTransport"
 READY_TIMEOUT = 120.0  # seconds for every worker to say "started"
 POLL = 0.05  # seconds between looks at the campaign
 TIMEOUT = 7200.0  # seconds for one campaign
+last_window: tuple[float, float] = (0.0, 0.0)  # run()'s clock, epoch seconds: (resumed, finished)
 
 
 def sender_env(**extra: str) -> dict[str, str]:
@@ -91,6 +92,8 @@ def run(*, audience, batch_size: int, workers: int, out: Path, transport: str = 
         stop(senders)
     sent = data.counts(campaign_id).get("sent", 0)
     assert sent == audience.size, f"{name}: {sent} of {audience.size} sent"
+    global last_window
+    last_window = (started, finished)
     return finished - started
 
 

@@ -26,6 +26,7 @@ POLL = 0.02  # seconds between looks at a child's memory
 class PoolResult:
     seconds: float  # from the go to the last child's end
     results: list  # what each child's target returned
+    started: float = 0.0  # the go, epoch seconds
 
 
 def _child(target, index, args, ready_queue, go, done_queue) -> None:
@@ -59,7 +60,7 @@ def timed_pool(count: int, target: Callable, *args, timeout: float = 3600.0) -> 
                 raise RuntimeError(f"worker {index} failed: {error}")
             finished.append(at)
             results[index] = result
-        return PoolResult(max(finished) - started, results)
+        return PoolResult(max(finished) - started, results, started)
     finally:
         for process in processes:
             process.join(timeout=30)

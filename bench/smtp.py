@@ -183,12 +183,17 @@ def raw_threads_work(index: int, ready, port: int, template: bytes, size: int,
     return size
 
 
+last_window: tuple[float, float] = (0.0, 0.0)  # raw_threads_run's clock, epoch seconds
+
+
 def raw_threads_run(*, audience, connections: int, sink: Sink) -> float:
     """Seconds for one process to send the audience over ``connections`` smtplib connections."""
     template = sample_message(audience)
     sink.reset()
     result = timed_pool(1, raw_threads_work, sink.port, template, audience.size, connections)
     sink.check(audience.size, dkim=None)
+    global last_window
+    last_window = (result.started, result.started + result.seconds)
     return result.seconds
 
 

@@ -27,15 +27,19 @@ N is scaled to what raw smtplib is expected to do in ``seconds`` (C ÷ (delay + 
 at most RATE_CAP a second), rounded up to whole batches, at least MIN_BATCHES: at 50 ms and C = 1
 and 3 seconds that is 60 messages, at 0 ms and C = 32 several thousand.
 
-Beside each time, the CPU the whole machine spent meanwhile (``/proc/stat``: every process, the
-sink's and PostgreSQL's included), per message and as a share of all its cores: a point whose
-cores were busy all along measures the machine's CPU, not the receiver's latency.
+Beside each time, the CPU the whole machine spent on the clock (``/proc/stat`` sampled every
+20 ms and read over the contender's clocked window: every process, the sink's and PostgreSQL's
+included), per message and as a share of all its cores: a point whose cores were busy all along
+measures the machine's CPU, not the receiver's latency.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +84,7 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
                   per_connection=per_connection)
     timings = {point: {name: [] for name in CONTENDERS} for point in points}
     cpu = {point: {name: [] for name in CONTENDERS} for point in points}  # busy core-seconds
-    with smtp.Sink() as sink:
+    with smtp.Sink() as sink, _CpuSampler() as sampler:
         for rep in range(1, repetitions + 1):
             say(f"smtp-latency: repetition {rep} of {repetitions}")
             for point in points:
@@ -88,10 +92,9 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
                 sink.answer_after(delay, rcpt=delay if rcpt else 0.0)
                 audience = data.audience(point.recipients)
                 for name in CONTENDERS:
-                    busy_before = _busy_seconds()
                     timings[point][name].append(
                         _run(name, point=point, audience=audience, sink=sink, out=out))
-                    cpu[point][name].append(_busy_seconds() - busy_before)
+                    cpu[point][name].append(sampler.busy_between(*_clocked_window(name)))
                 rates = {name: point.recipients / s[-1] for name, s in timings[point].items()}
                 per_message = {name: c[-1] / point.recipients for name, c in cpu[point].items()}
                 say(f"  {point.delay_ms:>3} ms  C {point.connections:>2}  N {point.recipients:>5}  "
@@ -118,6 +121,46 @@ def _run(contender: str, *, point: Point, audience, sink, out: Path) -> float:
                            idempotent=contender == "idempotent", out=out,
                            connections=point.connections,
                            name=f"latency{point.delay_ms}ms-c{point.connections}")
+
+
+def _clocked_window(contender: str) -> tuple[float, float]:
+    from bench import engine, smtp
+
+    return smtp.last_window if contender == "smtplib" else engine.last_window
+
+
+class _CpuSampler:
+    """The machine's busy CPU-seconds, sampled every EVERY seconds on a thread of its own."""
+
+    EVERY = 0.02
+
+    def __init__(self) -> None:
+        self._times: list[float] = []
+        self._busy: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> _CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def busy_between(self, start: float, end: float) -> float:
+        """CPU-seconds between two epoch times (the nearest samples inside the window)."""
+        first = bisect.bisect_left(self._times, start)
+        last = bisect.bisect_right(self._times, end) - 1
+        if last <= first:
+            return 0.0
+        covered = self._times[last] - self._times[first]
+        return (self._busy[last] - self._busy[first]) * (end - start) / covered
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.EVERY):
+            self._times.append(time.time())
+            self._busy.append(_busy_seconds())
 
 
 def _busy_seconds() -> float:
