@@ -34,12 +34,14 @@ class Preview:
 
 
 def sample_recipient(campaign: Campaign) -> str:
-    """The address of the campaign's first confirmed subscriber, or a made-up one."""
+    """The first confirmed address of the campaign's audience (alphabetically), or a made-up one."""
     subscribers = Subscriber.objects.filter(account_id=campaign.account_id, status="confirmed")
     segment_ids = list(campaign.segments.values_list("id", flat=True))
     if segment_ids:
         subscribers = subscribers.filter(segment_id__in=segment_ids)
-    first = subscribers.order_by("id").values_list("email", flat=True).first()
+    # in (account, email_lower, created_at) order, the index's: by id, the scan walked the primary
+    # key past every other tenant's subscribers (1.2-1.5 s beside 10,000,000 of them)
+    first = subscribers.order_by("email_lower", "created_at").values_list("email", flat=True).first()
     return first or SAMPLE_ADDRESS
 
 
