@@ -38,13 +38,17 @@ def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> 
         campaign_id = conn.execute(
             "SELECT id FROM growth_campaigns WHERE status = 'sending'").fetchone()["id"]
         claim = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-                 "campaign_id": campaign_id, "hand_over": False}
+                 "campaign_id": campaign_id, "hand_over": False, "after": 0}
         ready()
         settled = 0
         while True:
             rows = conn.execute(queries["claim"], claim).fetchall()
+            if not rows and claim["after"]:
+                claim["after"] = 0  # a new lap, from the front, as the engine's Pacer does
+                continue
             if not rows:
                 return settled
+            claim["after"] = max(row["id"] for row in rows)
             ids = [row["id"] for row in rows if row["status"] == "sending"]
             attempts = {row["id"]: row["attempts"] for row in rows}
             if hand_over:

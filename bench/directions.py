@@ -242,7 +242,7 @@ def work(index: int, ready, conninfo: str, key: str, batch_size: int, campaign_i
     settle = NO_FLUSH_WAIT + (PLAN_FIX if direction.plan_fix else "") + sql[settle_name]
     worker_id = f"direction-{key}-{index}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-              "campaign_id": campaign_id, "hand_over": True}
+              "campaign_id": campaign_id, "hand_over": True, "after": 0}
     with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor,
                          row_factory=dict_row) as conn:
         ready()
@@ -338,7 +338,7 @@ def cost(key: str, *, campaign_id: int, size: int, batch_size: int) -> dict:
     sql = statements()
     worker_id = f"cost-{key}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-              "campaign_id": campaign_id, "hand_over": True}
+              "campaign_id": campaign_id, "hand_over": True, "after": 0}
     state = "dir_state" if direction.split else "dir_sends"
     key_column = "send_id" if direction.split else "id"
     wal = {"claim": 0, "settle": 0}

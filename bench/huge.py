@@ -134,7 +134,7 @@ def _claims(campaign_id: int) -> dict:
     """The claim and the paced claim's plan figures (see pacing.explain), text plans beside."""
     statements = {
         "claim": (QUERIES["claim"], {"worker_id": "explain", "batch_size": BATCH, "lease": 300.0,
-                                     "campaign_id": campaign_id, "hand_over": True}),
+                                     "campaign_id": campaign_id, "hand_over": True, "after": 0}),
         "claim_paced": (QUERIES["claim_paced"], {
             "worker_id": "explain", "campaign_id": campaign_id, "free": BATCH, "lease": 300.0,
             "paced": [], "share_ids": [], "share_counts": [], "after": 0, "scan": 4 * BATCH,
@@ -186,7 +186,7 @@ def _settle_explained(campaign_id: int, *, text: bool = False):
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(QUERIES["claim"], {"worker_id": "explain", "batch_size": BATCH,
                                           "lease": 300.0, "campaign_id": campaign_id,
-                                          "hand_over": True})
+                                          "hand_over": True, "after": 0})
         while cursor.nextset():  # past the SET LOCALs' results, to the claimed rows
             pass
         columns = [column.name for column in cursor.description]
@@ -262,7 +262,7 @@ def bare_loop(campaign_id: int, rows: int, say, *, slices: int) -> list[dict]:
     from psycopg.rows import dict_row
 
     claim_params = {"worker_id": "huge", "batch_size": BATCH, "lease": 300.0,
-                    "campaign_id": campaign_id, "hand_over": True}
+                    "campaign_id": campaign_id, "hand_over": True, "after": 0}  # the engine's hand
     per_slice = max(rows // slices, BATCH)
     results, claims, settles, done, first, in_slice = [], [], [], 0, None, 0
     with psycopg.connect(data.conninfo(), autocommit=True, cursor_factory=psycopg.ClientCursor,
@@ -275,9 +275,13 @@ def bare_loop(campaign_id: int, rows: int, say, *, slices: int) -> list[dict]:
                 pass
             claimed = cursor.fetchall()
             t1 = time.perf_counter()
+            if not claimed and claim_params["after"]:
+                claim_params["after"] = 0  # a new lap, from the front, as the engine's Pacer does
+                continue
             if not claimed:
                 break
             ids = [row["id"] for row in claimed]
+            claim_params["after"] = max(ids)
             cursor = conn.execute(NO_FLUSH_WAIT + QUERIES["settle"], {
                 "ids": ids, "attempts": [row["attempts"] for row in claimed],
                 "campaign_id": campaign_id, "outcomes": ["sent"] * len(ids),

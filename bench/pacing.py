@@ -196,7 +196,7 @@ def explain(*, sizes: list[int], batch: int, out: Path, say) -> dict:
             statements = {
                 "claim": (QUERIES["claim"], {"worker_id": "explain", "batch_size": batch,
                                              "lease": LEASE, "campaign_id": campaign_id,
-                                             "hand_over": False}),
+                                             "hand_over": False, "after": 0}),
                 "claim_paced": (QUERIES["claim_paced"], {
                     "worker_id": "explain", "campaign_id": campaign_id, "free": batch - 4 * share,
                     "lease": LEASE, "paced": destinations, "share_ids": destinations[1:],

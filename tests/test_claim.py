@@ -111,7 +111,7 @@ def test_the_claim_walks_an_index_not_the_table(per_campaign):
         status="sent")  # the usual shape mid-campaign: most rows done
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE growth_sends")
-        params = {"worker_id": "w", "batch_size": 20, "lease": 60, "hand_over": False}
+        params = {"worker_id": "w", "batch_size": 20, "lease": 60, "hand_over": False, "after": 0}
         if per_campaign:
             cursor.execute("EXPLAIN " + QUERIES["claim"], {**params, "campaign_id": campaign.id})
         else:
@@ -128,7 +128,8 @@ def test_a_campaigns_claim_does_not_read_an_older_campaigns_queued_rows(statemen
     read every row of the older one first."""
     sending_campaign(count=4000)
     newer = sending_campaign(count=4000)
-    params = {"worker_id": "w", "lease": 60, "hand_over": False, "campaign_id": newer.id}
+    params = {"worker_id": "w", "lease": 60, "hand_over": False, "campaign_id": newer.id,
+              "after": 0}
     if statement == "claim":
         params["batch_size"] = 20
     else:

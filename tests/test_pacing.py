@@ -13,7 +13,7 @@ from growth.models import Campaign, Destination, RateLimit, RateLimitChange, Sen
 from growth.sending.pacer import Pacer
 from growth.sending.transports import Outcome
 from tests.factories import CampaignFactory, SegmentFactory
-from tests.scenarios import statuses
+from tests.scenarios import sending_campaign, statuses
 
 POLICY = ThrottlePolicy(decrease=0.5, every=0.0, floor=0.5, recovery=0.1, burst=10)
 
@@ -268,3 +268,21 @@ def test_a_time_zone_that_is_none_does_not_stop_the_worker():
     assert statuses(campaign) == {"sent": 2, "queued": 1}  # the warm-up's 2 a day, by UTC
     campaign.refresh_from_db()
     assert campaign.status == "sending" and not campaign.pause_reason
+
+
+@pytest.mark.django_db
+def test_a_claim_starts_after_the_workers_last_batch_and_goes_back_for_rows_queued_behind_it():
+    campaign = sending_campaign(count=12)
+    ids = list(Send.objects.filter(campaign=campaign).order_by("id").values_list("id", flat=True))
+    pacer = Pacer(batch_size=5, policy=POLICY)
+
+    def claim_ids() -> list[int]:
+        return [row.id for row in pacer.claim(sending(campaign), worker_id="w", lease=60,
+                                              hand_over=True).rows]
+
+    assert claim_ids() == ids[:5]
+    # the second row is queued again (a retry now due), behind the worker's hand
+    Send.objects.filter(id=ids[1]).update(status="queued", next_attempt_at=None)
+    assert claim_ids() == ids[5:10]  # after the hand, although an earlier row is due
+    assert claim_ids() == [ids[1], ids[10], ids[11]]  # the rest, then back to the front for it
+    assert claim_ids() == []

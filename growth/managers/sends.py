@@ -126,17 +126,19 @@ class SendManager(models.Manager):
                                    root_id=root_id))
 
     def claim(self, *, worker_id: str, batch_size: int, lease: float,
-              campaign_id: int | None = None, hand_over: bool = False) -> list[Claimed]:
+              campaign_id: int | None = None, hand_over: bool = False,
+              after: int = 0) -> list[Claimed]:
         """Claim up to ``batch_size`` due rows, of one campaign or of any (committed before
         this returns). ``hand_over`` marks them handed over at once: for a receiver that
-        de-duplicates, where a resend is harmless, this saves writing every row a third time."""
+        de-duplicates, where a resend is harmless, this saves writing every row a third time.
+        ``after``: of one campaign, only rows after this id (the caller's hand)."""
         # One statement, so its own transaction in autocommit: no BEGIN/COMMIT round trips.
         # Its commit need not wait for the disk. If a database crash loses it, the rows are
         # queued again: with a plain receiver nothing was sent, since the hand-over (which does
         # wait, and whose flush carries this commit with it) finds them no longer ours; with an
         # idempotent one a resend under the same key is absorbed.
         params = {"worker_id": worker_id, "batch_size": batch_size, "lease": lease,
-                  "hand_over": hand_over, "wait_for_flush": False}
+                  "hand_over": hand_over, "after": after, "wait_for_flush": False}
         if campaign_id is None:
             rows = QUERIES.rows("claim_any", **params)
         else:

@@ -174,11 +174,13 @@ SELECT s.id
 -- joined, so the plan probes primary keys whatever the size of the campaign, of the tenant's
 -- lists or of the batch (joins were planned as hash joins over a scan of all of growth_sends and
 -- growth_subscribers, or, on stale statistics, as a nested loop of batch x batch comparisons).
+-- It starts after id `after` (the worker's hand, where its last batch ended; 0: the front): from
+-- the front, until a VACUUM, the scan walks an index entry for every row sent since the last one.
 WITH due AS (
     SELECT s.id
       FROM growth_sends s
      WHERE {{ _of_the_campaign }}
-       AND (s.campaign_id, s.id) > (%(campaign_id)s, 0)
+       AND (s.campaign_id, s.id) > (%(campaign_id)s, %(after)s)
        AND s.status = 'queued'
        AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
      ORDER BY s.campaign_id, s.id

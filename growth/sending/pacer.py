@@ -51,7 +51,7 @@ class Pacer:
         self.transport = settings.SENDER_TRANSPORT  # the key of the transport-wide bucket
         self._transport_bucket_id: int | None = None
         self._transport_looked_at = -LOOK_AGAIN
-        self._hands: dict[int, int] = {}  # campaign -> id after which its paced window starts
+        self._hands: dict[int, int] = {}  # campaign -> id after which its next claim starts
         # account -> (today's quota, its bucket), as this worker last set them
         self._warmups: dict[int, tuple[int | None, int | None]] = {}
         self._throttling_known_at = -LOOK_AGAIN
@@ -78,8 +78,8 @@ class Pacer:
             rows = self._claim_paced(campaign, grant.count, paced, worker_id=worker_id,
                                      lease=lease, hand_over=hand_over)
         else:
-            rows = Send.objects.claim(worker_id=worker_id, batch_size=grant.count, lease=lease,
-                                      campaign_id=campaign.campaign_id, hand_over=hand_over)
+            rows = self._claim_after_hand(campaign, grant.count, worker_id=worker_id, lease=lease,
+                                          hand_over=hand_over)
         going = [row for row in rows if row.status == Send.Status.SENDING]
         RateLimit.objects.give_back(buckets, count=grant.count - len(going))
         by_destination = Counter(row.destination_id for row in going)
@@ -88,6 +88,24 @@ class Pacer:
                                         count=allowed.granted - by_destination[destination_id])
         waits = [d.wait for d in paced.values() if not d.granted and d.wait > 0]
         return Claim(rows, grant.count, wait=0.0 if rows or not waits else min(waits))
+
+    def _claim_after_hand(self, campaign: Sending, count: int, *, worker_id: str, lease: float,
+                          hand_over: bool) -> list[Claimed]:
+        """The campaign's due rows after this worker's last batch, then, if those fall short,
+        from the front (rows queued again behind the hand, a new lap): a claim that always
+        started at the front walked, until a VACUUM, past an index entry for every row sent
+        since the last one (at 10,000,000 rows, half sent: 8.5x the first batch's time)."""
+        hand = self._hands.get(campaign.campaign_id, 0)
+        rows = Send.objects.claim(worker_id=worker_id, batch_size=count, lease=lease,
+                                  campaign_id=campaign.campaign_id, hand_over=hand_over, after=hand)
+        last = rows
+        if len(rows) < count and hand:
+            last = Send.objects.claim(worker_id=worker_id, batch_size=count - len(rows),
+                                      lease=lease, campaign_id=campaign.campaign_id,
+                                      hand_over=hand_over)
+            rows = sorted(rows + last, key=lambda row: row.id)
+        self._hands[campaign.campaign_id] = max((row.id for row in last), default=0)
+        return rows
 
     def _claim_paced(self, campaign: Sending, count: int, paced: dict[int, DestinationGrant], *,
                      worker_id: str, lease: float, hand_over: bool) -> list[Claimed]:
