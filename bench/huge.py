@@ -143,34 +143,17 @@ def _claims(campaign_id: int) -> dict:
     times: dict[str, list[float]] = {name: [] for name in statements}
     for _ in range(EXPLAIN_RUNS + 1):  # the first run warms the cache: not counted
         for name, (sql, params) in statements.items():
-            times[name].append(_explained(sql, params)["Execution Time"])
+            times[name].append(pacing._explained(sql, params)["Execution Time"])
     figures = {}
     for name, (sql, params) in statements.items():
-        root = _explained(sql, params)["Plan"]
+        root = pacing._explained(sql, params)["Plan"]
         figures[name] = {
             "ms": statistics.median(times[name][1:]),
             "buffers": root.get("Shared Hit Blocks", 0) + root.get("Shared Read Blocks", 0),
             "read": root.get("Shared Read Blocks", 0),
             "sends_read": pacing._rows_read(root, "growth_sends"), "claimed": pacing._claimed(root),
-            "plan": _explained(sql, params, text=True)}
+            "plan": pacing._explained(sql, params, text=True)}
     return figures
-
-
-def _explained(sql: str, params: dict, *, text: bool = False):
-    """pacing._explained for a statement that may begin with SET LOCAL lines (sends.sql's settle
-    does): they run first, in the same rolled-back transaction, and the statement is EXPLAINed."""
-    settings, statement = split_settings(sql)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(settings + f"EXPLAIN (ANALYZE, BUFFERS{'' if text else ', FORMAT JSON'}) "
-                       + statement, params)
-        while cursor.nextset():  # past the SET LOCALs' results, to the plan
-            pass
-        rows = cursor.fetchall()
-        transaction.set_rollback(True)
-    if text:
-        return "\n".join(row[0] for row in rows)
-    (document,), = rows
-    return (document if isinstance(document, list) else json.loads(document))[0]
 
 
 def _join_filtered(node: dict) -> int:

@@ -45,6 +45,7 @@ from django.test import override_settings
 from bench import data, engine
 from growth.audience.destinations import classify_recipient_domains
 from growth.chaos.throttling import Throttle, ThrottlingReceiver
+from growth.managers.queries import split_settings
 from growth.managers.sends import QUERIES
 from growth.models import Campaign, Destination, RateLimit, Send
 
@@ -253,9 +254,14 @@ def _paced_campaign(audience: data.Audience, destinations: list[int]) -> int:
 
 def _explained(sql: str, params: dict, *, text: bool = False):
     """EXPLAIN (ANALYZE, BUFFERS) of the statement, rolled back: its JSON document (the plan and
-    its times), or with ``text`` the plan as text."""
+    its times), or with ``text`` the plan as text. A statement's leading SET LOCALs (sends.sql's
+    settle has one) run first, in the same transaction."""
+    settings, statement = split_settings(sql)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS{'' if text else ', FORMAT JSON'}) " + sql, params)
+        cursor.execute(settings + f"EXPLAIN (ANALYZE, BUFFERS{'' if text else ', FORMAT JSON'}) "
+                       + statement, params)
+        while cursor.nextset():  # past the SET LOCALs' results, to the plan
+            pass
         rows = cursor.fetchall()
         transaction.set_rollback(True)
     if text:
