@@ -606,6 +606,11 @@ def _huge_targets(huge: dict | None) -> list[tuple[str, str, str, str]]:
             continue
         for name in ("claim", "claim_paced"):
             now, then = moment["claims"][name], first["claims"][name]
+            if not now.get("claimed", 1):  # nothing left: not a batch's cost, and no verdict
+                rows.append((f"{name} of a {size}-recipient campaign, {label}: an empty claim",
+                             f"{now['buffers']:,} buffers, {now['ms']:.1f} ms (a first batch: "
+                             f"{then['buffers']:,})", "–", "–"))
+                continue
             rows.append((f"{name} of a {size}-recipient campaign, {label}, reads ≤ {STABLE:g}× the "
                          "first batch's buffers",
                          f"{now['buffers']:,} vs {then['buffers']:,} buffers, {now['ms']:.1f} vs "

@@ -129,6 +129,10 @@ HUGE = {
         "half sent": {"sent": 5_000_000,
                       "pages": {"campaign list": {"ms": 450.0, "queries": 8, "status": 200}},
                       "claims": {"claim": _claim(30.0, 40_000), "claim_paced": _claim(7.0, 21_000)}},
+        "all sent": {"sent": 10_000_000,
+                     "pages": {"campaign list": {"ms": 200.0, "queries": 8, "status": 200}},
+                     "claims": {"claim": {**_claim(40.0, 19_000), "claimed": 0},
+                                "claim_paced": {**_claim(40.0, 19_000), "claimed": 0}}},
     },
     "loop": [{"done": 500_000, "claim_ms": 5.0, "claim_max": 9.0, "settle_ms": 80.0, "rate": 5000.0,
               "batches": 1000, "first_claim_ms": 4.0}],
@@ -151,6 +155,9 @@ def test_minimal_ceiling_directions_and_a_huge_campaign():
     later = "of a 10,000,000-recipient campaign, half sent, reads ≤ 1.5× the first batch's buffers"
     assert rows[f"claim {later}"][1:] == ("2.00×", "**not met**")
     assert rows[f"claim_paced {later}"][1:] == ("1.00×", "**met**")
+    # nothing left to claim: no batch's cost, so no verdict (19,000 buffers under 1.5 times 20,000 hid it)
+    assert rows["claim of a 10,000,000-recipient campaign, all sent: an empty claim"] == (
+        "19,000 buffers, 40.0 ms (a first batch: 20,000)", "–", "–")
     assert rows["admin campaign list (10,000,000 sends) ≤ 300 ms at every moment"] == (
         "worst 450 ms (half sent)", "–", "**not met**")
     assert rows["export csv of 10,000,000 rows: peak RSS ≤ 1.2× an empty campaign's"][1:] == (
