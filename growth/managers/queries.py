@@ -150,9 +150,5 @@ def split_settings(statement: str) -> tuple[str, str]:
 
 
 def _count_settings(statement: str) -> int:
-    """How many SET LOCAL lines the statement begins with."""
-    count = 0
-    while match := _SET_LOCAL.match(statement):
-        statement = statement[match.end():]
-        count += 1
-    return count
+    """How many SET LOCAL lines the statement begins with (each ends its line)."""
+    return split_settings(statement)[0].count("\n")
