@@ -26,6 +26,7 @@ from growth.managers.monitor import CampaignMonitorManager
 from growth.managers.sends import SendManager
 from growth.managers.subscribers import SubscriberManager
 from growth.managers.suppressions import SuppressionManager
+from growth.managers.tallies import SendTallyManager
 from growth.managers.verdicts import VerdictManager
 from growth.managers.workers import HeartbeatManager
 from growth.sending.sender import MAX_DISPLAY_NAME, validate_display_name, validate_sender_address
@@ -405,8 +406,10 @@ class Send(models.Model):
             models.Index("lease_expires_at", name="send_leased", condition=Q(status="sending")),
             models.Index("next_attempt_at", name="send_backoff",
                          condition=Q(status="queued", next_attempt_at__isnull=False)),
-            # progress counts; and with sent_at, a tenant's current rate (its campaigns' last
-            # seconds of sends), so that no index of its own is written on every settle
+            # a campaign's rows in a status (the sends list's filters, who holds rows on the
+            # wire, the failed rows the reputation guard reads; counts come from the tallies);
+            # with sent_at, a tenant's current rate (its campaigns' last seconds of sends), so
+            # that no index of its own is written on every settle
             models.Index("campaign", "status", "sent_at", name="send_campaign_status"),
             # the claim (the worker serves campaigns in turn) walks this; only queued rows are in
             # it, so it stays small. No (id) WHERE queued beside it: the planner took that one
@@ -420,6 +423,44 @@ class Send(models.Model):
 
     def __str__(self) -> str:
         return self.job_id
+
+
+class SendTally(models.Model):
+    """How many of a campaign's sends are in a status, per minute of their ``sent_at`` (null:
+    not sent): what the admin, the monitor and the reports count instead of the sends. Kept by
+    triggers on growth_sends (migration 0015): each statement that changes a row's campaign,
+    status or sent minute appends its net change to growth_send_tally_deltas; the workers fold
+    those into these rows (SendTallyManager.fold). A count is this table plus the deltas not
+    folded yet: the view growth_send_counts, exact in any snapshot."""
+
+    campaign_id = models.BigIntegerField()  # no foreign key: tallies only follow growth_sends
+    status = models.CharField(max_length=16)
+    sent_minute = models.DateTimeField(null=True)
+    sends = models.BigIntegerField()
+
+    objects = SendTallyManager()
+
+    class Meta:
+        db_table = "growth_send_tallies"
+        constraints = [
+            # a constraint, not an expression index: the fold's ON CONFLICT names it
+            models.UniqueConstraint(fields=["campaign_id", "status", "sent_minute"],
+                                    nulls_distinct=False, name="send_tally_key"),
+        ]
+
+
+class SendTallyDelta(models.Model):
+    """A statement's net change to a tally, appended by the triggers and never updated: the
+    writers of growth_sends never wait on one another here (SendTally explains)."""
+
+    campaign_id = models.BigIntegerField()
+    status = models.CharField(max_length=16)
+    sent_minute = models.DateTimeField(null=True)
+    sends = models.BigIntegerField()
+
+    class Meta:
+        db_table = "growth_send_tally_deltas"
+        indexes = [models.Index(fields=["campaign_id"], name="send_tally_delta_campaign")]
 
 
 def _parsed(raw: str) -> tuple[str, str]:

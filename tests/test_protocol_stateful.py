@@ -33,7 +33,15 @@ from hypothesis.stateful import (
 
 from growth.job_ids import job_id
 from growth.managers.sends import Claimed
-from growth.models import Account, Campaign, Send, SendVerdict, Subscriber, Suppression
+from growth.models import (
+    Account,
+    Campaign,
+    Send,
+    SendTally,
+    SendVerdict,
+    Subscriber,
+    Suppression,
+)
 from growth.operations.campaigns import approve_campaign
 from growth.sending.transports import BaseTransport, Outcome
 from growth.sending.worker import Worker
@@ -259,9 +267,10 @@ class SendProtocol(RuleBasedStateMachine):
 
     @rule()
     def housekeeping(self) -> None:
-        """Another replica's pass with nothing to claim: build, recover, finish."""
+        """Another replica's pass with nothing to claim: build, recover, fold tallies, finish."""
         self._build()
         self._recover()
+        SendTally.objects.fold()
         self._finish()
 
     # --- time passes (the only writes not made by the managers) ---------------------------------
@@ -321,6 +330,7 @@ class SendProtocol(RuleBasedStateMachine):
         self.p4_a_row_on_the_wire_has_a_lease_and_a_holder(rows)
         self.p5_one_row_per_recipient_picked_as_the_build_promises(rows)
         self.a_finished_campaign_has_nothing_left_to_send(rows)
+        self.the_tallies_count_every_row()
 
     def p1_a_plain_receiver_gets_a_job_once_per_operator_retry(self) -> None:
         if self.idempotent:
@@ -366,6 +376,13 @@ class SendProtocol(RuleBasedStateMachine):
         if self._campaign_status() == Campaign.Status.SENT:
             left = [row["job_id"] for row in rows if row["status"] in OPEN]
             assert not left, f"the campaign finished with {left} still queued or sending"
+
+    def the_tallies_count_every_row(self) -> None:
+        """What the admin and the monitor show (the tallies) is what the rows say, after any
+        move, folded or not."""
+        if self.campaign_id:
+            differences = SendTally.objects.differences([self.campaign_id])
+            assert not differences, f"the tallies disagree with the rows: {differences}"
 
     @contextmanager
     def p6_changes_only_rows_still_held(self, worker: str, attempts: dict[int, int]) -> Iterator[None]:

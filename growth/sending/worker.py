@@ -51,7 +51,7 @@ from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
 from growth.managers.sends import Claimed
-from growth.models import Campaign, Send, Suppression, WorkerHeartbeat
+from growth.models import Campaign, Send, SendTally, Suppression, WorkerHeartbeat
 from growth.observability import metrics
 from growth.reputation.guard import GuardSchedule
 from growth.sending.console import Console
@@ -252,6 +252,7 @@ class Worker:
             self._build()
             self._recover()
             self._guard.run_if_due()
+            SendTally.objects.fold()  # the counts the admin reads stay a few rows a campaign
         batch = self._claim()
         if batch is not None:
             try:
