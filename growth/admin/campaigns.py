@@ -8,6 +8,7 @@ from django.http import HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
 from django.template.loader import render_to_string
 from django.urls import path, reverse
+from django.utils.functional import SimpleLazyObject
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
@@ -197,7 +198,9 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
             if obj.status != Campaign.Status.DRAFT:  # only the name can change: one Save
                 context.update(show_save_and_add_another=False, show_save_and_continue=False)
             context["sends_url"] = _sends_url(obj.id)
-            context["review_counts"] = campaign_review_counts(obj.id)
+            # read as the page renders, from the counts the monitor's snapshot left on obj
+            context["review_counts"] = SimpleLazyObject(lambda: campaign_review_counts(
+                obj.id, counts=getattr(obj, "send_counts", None)))
             context["reputation_warnings"] = reputation_warnings([obj.account_id])
             context["paused_by_the_guard"] = obj.pause_reason.startswith(REASON_PREFIX)
             context["holders"] = [(holder, is_alive(holder.seen_at, holder.stopped_at))

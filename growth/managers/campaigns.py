@@ -134,6 +134,11 @@ class CampaignManager(models.Manager):
             counts[row["campaign_id"]][row["status"]] = row["sends"]
         return dict(counts)
 
+    def needing_review(self, account_ids: list[int] | None) -> dict[str, int]:
+        """{'unknown': rows, 'failed': rows} over the campaigns of ``account_ids`` (None: all)."""
+        return QUERIES.one("needing_review",
+                           account_ids=None if account_ids is None else list(account_ids))
+
     def metrics_snapshot(self) -> MetricsSnapshot:
         counted: dict[str, dict[str, int]] = {"campaigns": {}, "sending_rows": {}}
         for row in QUERIES.rows("metrics"):

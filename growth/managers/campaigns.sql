@@ -164,11 +164,23 @@ SELECT EXISTS (SELECT 1
        ) - now()))::float AS next_in;
 
 -- progress --
--- rows per status for the given campaigns: one aggregate, served by (campaign_id, status)
-SELECT campaign_id, status, count(*) AS sends
-  FROM growth_sends
+-- rows per status for the given campaigns, from their tallies (tallies.sql): a few rows a
+-- campaign whatever its size, never its sends
+SELECT campaign_id, status, sum(sends)::bigint AS sends
+  FROM growth_send_counts
  WHERE campaign_id = ANY(%(campaign_ids)s)
- GROUP BY campaign_id, status;
+ GROUP BY campaign_id, status
+HAVING sum(sends) <> 0;
+
+-- needing_review --
+-- the unknown and failed rows of every campaign of the given accounts (NULL: of every account),
+-- from the tallies: the admin index's badge
+SELECT coalesce(sum(k.sends) FILTER (WHERE k.status = 'unknown'), 0)::bigint AS unknown,
+       coalesce(sum(k.sends) FILTER (WHERE k.status = 'failed'), 0)::bigint AS failed
+  FROM growth_send_counts k
+  JOIN growth_campaigns c ON c.id = k.campaign_id
+ WHERE k.status IN ('unknown', 'failed')
+   AND (%(account_ids)s::bigint[] IS NULL OR c.account_id = ANY(%(account_ids)s));
 
 -- audience --
 -- who the campaign's segments hold and why some are not recipients (for reports)
@@ -198,13 +210,14 @@ SELECT count(*) AS subscriber_rows,
   FROM members;
 
 -- metrics --
--- for Prometheus: campaigns by status, and the rows of the sending campaigns by status, in one
--- statement; the rows are counted through (campaign_id, status, sent_at), sending campaigns only
+-- for Prometheus: campaigns by status, and the rows of the sending campaigns by status (from
+-- their tallies), in one statement
 SELECT 'campaigns' AS counted, status, count(*) AS n
   FROM growth_campaigns
  GROUP BY status
  UNION ALL
-SELECT 'sending_rows', s.status, count(*)
-  FROM growth_sends s
- WHERE s.campaign_id IN (SELECT id FROM growth_campaigns WHERE status = 'sending')
- GROUP BY s.status;
+SELECT 'sending_rows', k.status, sum(k.sends)::bigint
+  FROM growth_send_counts k
+ WHERE k.campaign_id IN (SELECT id FROM growth_campaigns WHERE status = 'sending')
+ GROUP BY k.status
+HAVING sum(k.sends) <> 0;
