@@ -155,3 +155,42 @@ def test_mark_as_not_delivered_fails_unknown_rows_with_a_verdict_shown_on_the_se
     assert set(Send.objects.filter(id__in=lost).values_list("status", flat=True)) == {"failed"}
     page = client.get(reverse("admin:growth_send_change", args=[lost[0]])).content.decode()
     assert f"operator {staff.username}" in page and "marked not delivered by an operator" in page
+
+
+def test_a_campaigns_list_is_counted_from_its_tallies_and_pages_through_every_row(client, staff, tenant):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import AccountFactory
+
+    campaign = sending_campaign(count=130, account=tenant)
+    make_unknown(3)
+    other = sending_campaign(count=4, account=AccountFactory())  # another tenant's
+    Send.objects.filter(id__in=Send.objects.filter(campaign=campaign, status="queued")
+                        .order_by("id").values("id")[:1]).update(status="failed")
+
+    def listed(**filters) -> tuple[str, list[str]]:
+        with CaptureQueriesContext(connection) as captured:
+            body = client.get(CHANGELIST, filters).content.decode()
+        return body, [q["sql"] for q in captured.captured_queries]
+
+    body, statements = listed(campaign__id__exact=campaign.pk)
+    assert "130 sends" in body and rows(body) == 100
+    assert not [sql for sql in statements if "COUNT(*)" in sql.upper()]
+    body, _ = listed(campaign__id__exact=campaign.pk, p=2)
+    assert rows(body) == 30
+    body, _ = listed(campaign__id__exact=campaign.pk, status__exact="unknown")
+    assert "3 sends" in body and rows(body) == 3
+    body, _ = listed(campaign__id__exact=campaign.pk, needs_review="yes")
+    assert "4 sends" in body and rows(body) == 4
+    body, _ = listed(campaign__id__exact=campaign.pk, needs_review="yes", status__exact="queued")
+    assert "0 sends" in body and rows(body) == 0
+
+    body, statements = listed(campaign__id__exact=campaign.pk, q="person5@example.com")
+    assert rows(body) == 1 and [sql for sql in statements if "COUNT(*)" in sql.upper()]  # Django's
+
+    client.force_login(operator(tenant))
+    body, _ = listed(campaign__id__exact=other.pk)
+    assert "4 sends" not in body and rows(body) == 0  # another tenant's: never its tallies
+    body, _ = listed(campaign__id__exact=campaign.pk)
+    assert "130 sends" in body

@@ -17,6 +17,7 @@ from growth.admin.review import ReviewMixin
 from growth.admin.review_queue import NeedsReviewFilter
 from growth.admin.scoping import ReadOnlyAdmin, ScopedRelatedFilter, TenantScopedAdmin
 from growth.admin.send_errors import read_error
+from growth.admin.tallied_pages import TalliedPaginator, tallied_count
 from growth.audience.addresses import parse_address
 from growth.job_ids import message_id, parse_job_id, parse_message_id
 from growth.models import Campaign, Send, SendVerdict
@@ -43,7 +44,8 @@ class SendAdmin(ReviewMixin, AddressHistoryMixin, ReadOnlyAdmin, TenantScopedAdm
     search_help_text = ("An exact address, a job id (campaign:<campaign id>:<subscriber id>) or a "
                         "Message-ID (<campaign.<campaign id>.<subscriber id>@…>).")
     ordering = ["-id"]
-    show_full_result_count = False  # one COUNT per page is enough on a table of millions
+    # one count per page is enough on a table of millions; a campaign's list counts its tallies
+    show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     actions = ["retry_same_key", "mark_as_delivered", "mark_as_not_delivered"]
     change_list_template = "growth/admin/send_change_list.html"
@@ -57,6 +59,12 @@ class SendAdmin(ReviewMixin, AddressHistoryMixin, ReadOnlyAdmin, TenantScopedAdm
 
     def get_urls(self):
         return [*self.address_history_urls(), *self.review_urls(), *super().get_urls()]
+
+    def get_paginator(self, request, queryset, per_page, orphans=0, allow_empty_first_page=True):
+        count = tallied_count(request)
+        if count is None:
+            return super().get_paginator(request, queryset, per_page, orphans, allow_empty_first_page)
+        return TalliedPaginator(queryset, per_page, orphans, allow_empty_first_page, count=count)
 
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip()
