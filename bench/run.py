@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 DATABASE = os.environ.get("BENCH_DATABASE", "zylior_bench")  # another name: runs side by side
 FAMILIES = ["ceiling", "minimal", "engine", "peers", "smtp", "build", "memory", "admin", "export", "profile",
             "pacing", "smtp-latency"]
-OPT_IN = ["experiments", "directions", "huge"]  # only with --only
+OPT_IN = ["experiments", "directions", "huge", "tallies"]  # only with --only
 QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000, "dkim_recipients": 1_000,
          "build_subscribers": 100_000, "memory_sizes": "5000,50000", "admin_sends": 100_000,
          "export_sizes": "10000,100000", "pacing_seconds": 20.0, "pacing_sizes": "10000,100000"}
@@ -175,6 +175,8 @@ def measure(args: argparse.Namespace) -> dict:
         results["experiments"] = _experiments(args)
     if "directions" in want:
         results["directions"] = _directions(args)
+    if "tallies" in want:
+        results["tallies"] = _tallies(args)
     if "huge" in want:
         from bench import huge
 
@@ -264,6 +266,40 @@ def _build(args) -> dict:
             seconds.setdefault(way, []).append(value)
         say(f"  build {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in seconds.items()))
     return {"size": audience.size, "generated_in": audience.seconds, "seconds": seconds}
+
+
+def _tallies(args) -> dict:
+    """What growth_sends' tally triggers (migration 0015) cost: the engine (null transport) at
+    each batch size and worker count, and the build, with the triggers on and off, in turn
+    within each repetition. Ratios: seconds on / seconds off (1.0: free)."""
+    from contextlib import nullcontext
+    from statistics import median
+
+    from bench import build, data, engine
+
+    audience = data.audience(args.recipients)
+    say(f"tallies: {audience.size:,} recipients generated in {audience.seconds:.1f} s")
+    seconds: dict[str, list[float]] = {}
+    for _ in range(args.repetitions):
+        for batch in _ints(args.batch_sizes):
+            for count in _ints(args.workers):
+                for state, switch in (("on", nullcontext), ("off", data.without_tallies)):
+                    with switch():
+                        took = engine.run(audience=audience, batch_size=batch, workers=count,
+                                          out=args.out, name=f"tallies-{state}")
+                    seconds.setdefault(f"engine b{batch} w{count} {state}", []).append(took)
+                    say(f"  tallies {state:<3} engine batch {batch:>4} workers {count} "
+                        f"{audience.size / took:>9,.0f} /s")
+        for way, took in build.run(audience=audience, tallies=True).items():
+            if way in ("engine", "engine without tallies"):
+                seconds.setdefault(f"build {'off' if 'without' in way else 'on'}", []).append(took)
+    ratios = {}
+    for key in seconds:
+        if key.endswith(" on"):
+            base = key[:-3]
+            ratios[base] = median(seconds[key]) / median(seconds[f"{base} off"])
+            say(f"  tallies: {base}: on ÷ off {ratios[base]:.2f}× the time")
+    return {"size": audience.size, "seconds": seconds, "on_over_off": ratios}
 
 
 def _memory(args) -> dict:
