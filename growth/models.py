@@ -425,18 +425,25 @@ class Send(models.Model):
         return self.job_id
 
 
-class SendTally(models.Model):
-    """How many of a campaign's sends are in a status, per minute of their ``sent_at`` (null:
-    not sent): what the admin, the monitor and the reports count instead of the sends. Kept by
-    triggers on growth_sends (migration 0015): each statement that changes a row's campaign,
-    status or sent minute appends its net change to growth_send_tally_deltas; the workers fold
-    those into these rows (SendTallyManager.fold). A count is this table plus the deltas not
-    folded yet: the view growth_send_counts, exact in any snapshot."""
+class TallyFields(models.Model):
+    """A count of a campaign's sends in a status, per minute of their ``sent_at`` (null: not
+    sent). No foreign key: tallies only follow growth_sends."""
 
-    campaign_id = models.BigIntegerField()  # no foreign key: tallies only follow growth_sends
+    campaign_id = models.BigIntegerField()
     status = models.CharField(max_length=16)
     sent_minute = models.DateTimeField(null=True)
     sends = models.BigIntegerField()
+
+    class Meta:
+        abstract = True
+
+
+class SendTally(TallyFields):
+    """What the admin, the monitor and the reports count instead of the sends. Kept by triggers
+    on growth_sends (migration 0015): each statement that changes a row's campaign, status or
+    sent minute appends its net change to growth_send_tally_deltas; the workers fold those into
+    these rows (SendTallyManager.fold). A count is this table plus the deltas not folded yet:
+    the view growth_send_counts, exact in any snapshot."""
 
     objects = SendTallyManager()
 
@@ -449,14 +456,9 @@ class SendTally(models.Model):
         ]
 
 
-class SendTallyDelta(models.Model):
+class SendTallyDelta(TallyFields):
     """A statement's net change to a tally, appended by the triggers and never updated: the
     writers of growth_sends never wait on one another here (SendTally explains)."""
-
-    campaign_id = models.BigIntegerField()
-    status = models.CharField(max_length=16)
-    sent_minute = models.DateTimeField(null=True)
-    sends = models.BigIntegerField()
 
     class Meta:
         db_table = "growth_send_tally_deltas"

@@ -221,3 +221,27 @@ def test_check_tallies_finds_a_drift_and_repair_recounts_it(capsys):
     assert "Recounted 1 campaign(s)" in capsys.readouterr().out
     assert Campaign.objects.progress([campaign.pk]) == {campaign.pk: {"queued": 7, "sent": 5}}
     assert not SendTally.objects.differences(None)
+
+
+@pytest.mark.django_db
+def test_every_count_reaches_a_campaigns_tallies_by_index_never_summing_every_campaign():
+    """With other campaigns' history in the tallies (20 campaigns x 1,000 minutes), each reader
+    probes the key of the campaigns it counts: a join to the view would sum all of them first."""
+    from growth.managers.campaigns import QUERIES as CAMPAIGNS
+    from growth.managers.reputation import QUERIES as REPUTATION
+
+    campaign = sending_campaign(count=20)
+    execute("INSERT INTO growth_send_tallies (campaign_id, status, sent_minute, sends) "
+            "SELECT 1000000 + c, 'sent', date_trunc('minute', now()) - m * interval '1 minute', 7 "
+            "FROM generate_series(1, 20) c, generate_series(1, 1000) m")
+    execute("ANALYZE growth_send_tallies")
+    readers = {"progress": (CAMPAIGNS, {"campaign_ids": [campaign.pk]}),
+               "metrics": (CAMPAIGNS, {}),
+               "needing_review": (CAMPAIGNS, {"account_ids": [campaign.account_id]}),
+               "rates": (REPUTATION, {"account_ids": [campaign.account_id], "days": 7})}
+    for name, (queries, params) in readers.items():
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + queries[name], params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "on send_tally_key" in plan or "using send_tally_key" in plan, (name, plan)
+        assert "Seq Scan on growth_send_tallies" not in plan, (name, plan)
