@@ -293,6 +293,7 @@ def _tallies(args) -> dict:
         for way, took in build.run(audience=audience, tallies=True).items():
             if way in ("engine", "engine without tallies"):
                 seconds.setdefault(f"build {'off' if 'without' in way else 'on'}", []).append(took)
+        _tallies_on_the_wire(args, seconds)
     ratios = {}
     for key in seconds:
         if key.endswith(" on"):
@@ -300,6 +301,30 @@ def _tallies(args) -> dict:
             ratios[base] = median(seconds[key]) / median(seconds[f"{base} off"])
             say(f"  tallies: {base}: on ÷ off {ratios[base]:.2f}× the time")
     return {"size": audience.size, "seconds": seconds, "on_over_off": ratios}
+
+
+def _tallies_on_the_wire(args, seconds: dict[str, list[float]]) -> None:
+    """The plain SMTP path, where a statement settles and hands over 5 messages (the most
+    statements a message): C connections against a receiver answering after 0 and 20 ms."""
+    from contextlib import nullcontext
+
+    from bench import data, smtp, smtp_latency
+
+    connections = max(_ints(args.latency_connections))
+    with smtp.Sink() as sink:
+        for point in smtp_latency.plan(delays_ms=[0, 20], connections=[connections],
+                                       seconds=args.latency_seconds or 3.0,
+                                       per_connection=args.latency_batch):
+            sink.answer_after(point.delay_ms / 1000, rcpt=0.0)
+            audience = data.audience(point.recipients)
+            for state, switch in (("on", nullcontext), ("off", data.without_tallies)):
+                with switch():
+                    took = smtp.engine_run(audience=audience, workers=1, batch_size=point.batch,
+                                           sink=sink, idempotent=False, out=args.out,
+                                           connections=connections, name=f"tallies-smtp-{state}")
+                key = f"plain SMTP {point.delay_ms} ms C{connections}"
+                seconds.setdefault(f"{key} {state}", []).append(took)
+                say(f"  tallies {state:<3} {key}: {point.recipients / took:,.0f} /s")
 
 
 def _memory(args) -> dict:
