@@ -333,6 +333,8 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
         out += _directions(results["directions"])
     if results.get("huge"):
         out += _huge(results["huge"])
+    if results.get("tallies"):
+        out += _tallies(results["tallies"])
     if chart and through:
         out += ["", f"![recipients/s by batch size and worker count]({chart})"]
     out += ["", "## Method", "", METHOD,
@@ -624,6 +626,15 @@ def _huge_targets(huge: dict | None) -> list[tuple[str, str, str, str]]:
                  for m in moments.values())
         rows.append((f"admin {page} ({size} sends) ≤ {ADMIN_MS} ms at every moment",
                      f"worst {ms:,.0f} ms ({worst})", "–", _met(ok)))
+    neighbours = huge.get("neighbours")
+    if neighbours:
+        beside, alone = neighbours["beside"]["pages"], neighbours["alone"]["pages"]
+        for page, figures in beside.items():
+            rows.append((f"admin {page} ({neighbours['size']:,} sends) beside {neighbours['rows_beside']:,} "
+                         f"finished rows ≤ {ADMIN_MS} ms",
+                         f"{figures['ms']:,.0f} ms (alone {alone[page]['ms']:,.0f} ms)",
+                         _ratio(figures["ms"], alone[page]["ms"]),
+                         _met(figures["ms"] <= ADMIN_MS and figures["status"] == 200)))
     export = huge.get("export")
     if export:
         floor = export["floor"]["peak"]
@@ -713,4 +724,41 @@ def _huge(huge: dict) -> list[str]:
                            f"| {e['peak'] / 2**20:.0f} MiB |")
         out += ["", f"An empty campaign's export peaks at {export['floor']['peak'] / 2**20:.0f} MiB; a page "
                     f"from the middle of the campaign: {export['page']['ms']:.1f} ms."]
+    if huge.get("neighbours"):
+        out += _neighbours(huge["neighbours"])
+    return out
+
+
+def _neighbours(found: dict) -> list[str]:
+    """The next campaign, beside the finished big one's rows and then alone on an emptied table,
+    in the same run: what the finished rows cost it (what partitioning them away would buy)."""
+    beside, alone = found["beside"], found["alone"]
+    out = ["", f"The next campaign ({found['size']:,} recipients, a tenant of its own) beside the "
+               f"{found['rows_beside']:,} rows of the finished one, then alone on an emptied "
+               "growth_sends, in the same run:", "",
+           "| figure | beside | alone | beside ÷ alone |", "|---|---|---|---|",
+           f"| build | {beside['build_seconds']:.1f} s | {alone['build_seconds']:.1f} s "
+           f"| {_ratio(beside['build_seconds'], alone['build_seconds'])} |"]
+    for name in ("claim", "claim_paced"):
+        b, a = beside["claims"].get(name), alone["claims"].get(name)
+        if b and a:
+            out.append(f"| {name} | {b['ms']:.2f} ms, {b['buffers']:,} buffers | {a['ms']:.2f} ms, "
+                       f"{a['buffers']:,} buffers | {_ratio(b['buffers'], a['buffers'])} (buffers) |")
+    for page, figures in beside["pages"].items():
+        there = alone["pages"][page]
+        out.append(f"| {page} | {figures['ms']:,.0f} ms ({figures['queries']}) | {there['ms']:,.0f} ms "
+                   f"({there['queries']}) | {_ratio(figures['ms'], there['ms'])} |")
+    return out
+
+
+def _tallies(tallies: dict) -> list[str]:
+    """What growth_sends' tally triggers cost the writes: seconds with them on ÷ off, in turn
+    within each repetition of one run (1.00×: free)."""
+    seconds = tallies["seconds"]
+    out = ["", f"## What the tallies cost (`--only tallies`, {tallies['size']:,} recipients; "
+               "triggers on and off in turn, medians)", "",
+           "| figure | on | off | on ÷ off (time) |", "|---|---|---|---|"]
+    for base, ratio in tallies["on_over_off"].items():
+        on, off = statistics.median(seconds[f"{base} on"]), statistics.median(seconds[f"{base} off"])
+        out.append(f"| {base} | {on:.2f} s | {off:.2f} s | {ratio:.2f}× |")
     return out

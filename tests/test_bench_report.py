@@ -172,3 +172,29 @@ def test_minimal_ceiling_directions_and_a_huge_campaign():
             "| – | – | – |") in text
     assert ("| built | 0 | 5.00 | 20,000 (0) | 1,500 | 6.00 | 21,000 (0) | 1,500 | 80.00 | 22,000 "
             "| 249,500 |") in text
+
+
+def _moment(page_ms: float, claim_buffers: int) -> dict:
+    return {"sent": 0, "pages": {"campaign list": {"ms": page_ms, "queries": 8, "status": 200}},
+            "claims": {"claim": _claim(4.0, claim_buffers), "claim_paced": _claim(5.0, 1_000)}}
+
+
+def test_the_next_campaign_beside_a_finished_big_one_and_what_the_tallies_cost():
+    neighbours = {"size": 200_000, "rows_beside": 10_000_000,
+                  "beside": {"build_seconds": 12.0, **_moment(450.0, 3_000)},
+                  "alone": {"build_seconds": 10.0, **_moment(30.0, 1_500)}}
+    tallies = {"size": 100_000,
+               "seconds": {"engine b500 w1 on": [2.0, 2.2], "engine b500 w1 off": [2.0, 2.0],
+                           "build on": [5.0], "build off": [5.0]},
+               "on_over_off": {"engine b500 w1": 1.05, "build": 1.0}}
+    results = {**RESULTS, "huge": {**HUGE, "neighbours": neighbours}, "tallies": tallies}
+    rows = {target: (figures, ratio, met) for target, figures, ratio, met in report.targets(results)}
+    assert rows["admin campaign list (200,000 sends) beside 10,000,000 finished rows ≤ 300 ms"] == (
+        "450 ms (alone 30 ms)", "15.00×", "**not met**")
+    text = report.markdown(results)
+    assert "| build | 12.0 s | 10.0 s | 1.20× |" in text
+    assert "| claim | 4.00 ms, 3,000 buffers | 4.00 ms, 1,500 buffers | 2.00× (buffers) |" in text
+    assert "| campaign list | 450 ms (8) | 30 ms (8) | 15.00× |" in text
+    assert "## What the tallies cost (`--only tallies`, 100,000 recipients" in text
+    assert "| engine b500 w1 | 2.10 s | 2.00 s | 1.05× |" in text
+    assert "| build | 5.00 s | 5.00 s | 1.00× |" in text
