@@ -215,6 +215,7 @@ class Worker:
                               deadline=time.monotonic() + self.lease)
             self._settler.close()  # what went out is settled before we go
             self._settler = InlineSettler()
+            self._retrying_db(SendTally.objects.fold, deadline=time.monotonic() + DB_RETRY_FIRST)
             self._wires.close()  # every connection, self.transport's included
             self._retrying_db(lambda: WorkerHeartbeat.objects.stopped(worker_id=self.worker_id),
                               deadline=time.monotonic() + DB_RETRY_FIRST)
