@@ -26,6 +26,7 @@ def test_a_campaign_survives_kills_a_database_restart_bad_smtp_and_opt_outs(tmp_
     assert report.problems() == []
     assert report.lost == 0 and report.duplicates == 0 and report.addresses_twice == 0
     assert report.opted_out_then_delivered == 0 and report.opted_out > 0
+    assert report.tally_drift == 0  # the admin's counts, exact through kills and the restart
     reached = report.accepted - report.unknown_delivered - report.opted_out_already_delivered
     assert reached + report.opted_out + report.unknown == report.expected
     assert report.kills >= 3 and report.sigterms == 1 and report.clean_exits
@@ -38,3 +39,14 @@ def test_a_campaign_survives_kills_a_database_restart_bad_smtp_and_opt_outs(tmp_
         assert report.unknown <= report.kills * CONNECTIONS * HANDOFF_CHUNK
     assert (tmp_path / f"chaos-{config.mode}.png").stat().st_size > 10_000
     assert (tmp_path / f"received-{config.mode}.jsonl").read_text().count("\n") >= report.accepted
+
+
+def test_tallies_that_disagree_with_the_rows_fail_the_run():
+    from dataclasses import MISSING, fields
+
+    from growth.chaos.report import ChaosReport
+
+    required = {f.name: 0 for f in fields(ChaosReport)
+                if f.default is MISSING and f.default_factory is MISSING}
+    report = ChaosReport(**{**required, "mode": "plain", "clean_exits": True, "tally_drift": 2})
+    assert report.problems() == ["2 of the campaign's tallies disagree with its rows"]

@@ -10,7 +10,7 @@ from django.db.models import F, Sum
 from growth.chaos.fleet import Event
 from growth.chaos.optouts import OptOut
 from growth.chaos.receiver import ABSORBED, ACCEPTED, DROPPED, TEMPFAIL, Received
-from growth.models import Send
+from growth.models import Send, SendTally
 
 
 @dataclass
@@ -37,6 +37,7 @@ class ChaosReport:
     clean_exits: bool
     db_restarts: int
     wall_time: float  # seconds
+    tally_drift: int = 0  # (status, minute) tallies that disagree with the rows after the run
     unknown_keys: list[str] = field(default_factory=list)
     lost_keys: list[str] = field(default_factory=list)
 
@@ -59,6 +60,8 @@ class ChaosReport:
             problems.append(f"{self.rows_built} rows built for {self.expected} expected recipients")
         if not self.clean_exits:
             problems.append("a SIGTERMed worker did not exit 0")
+        if self.tally_drift:
+            problems.append(f"{self.tally_drift} of the campaign's tallies disagree with its rows")
         return problems
 
     def table(self) -> str:
@@ -80,6 +83,7 @@ class ChaosReport:
             ("4xx answers / dropped connections", f"{self.tempfails:,} / {self.drops:,}"),
             ("SIGKILLs / SIGTERMs / database restarts",
              f"{self.kills} / {self.sigterms} / {self.db_restarts}"),
+            ("tallies that disagree with the rows", f"{self.tally_drift:,}"),
             ("wall time", f"{self.wall_time:,.1f} s"),
             ("recipients per second", f"{self.rate:,.0f}"),
         ]
@@ -132,6 +136,8 @@ def audit(*, mode: str, campaign_id: int, expected_keys: set[str], received: lis
         clean_exits=all(code == 0 for code in clean_exits),
         db_restarts=sum(1 for e in events if e.kind == "db-restart"),
         wall_time=wall_time,
+        # the counts every admin page reads, kept by triggers through every kill and restart
+        tally_drift=len(SendTally.objects.differences([campaign_id])),
         unknown_keys=sorted(unknown),
         lost_keys=sorted(lost),
     )
