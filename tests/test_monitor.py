@@ -47,6 +47,10 @@ def mark(campaign, status: str, count: int, *, sent_ago: str | None = None,
             f"UPDATE growth_sends SET status = %(status)s, sent_at = {now} - %(ago)s::interval, "
             "lease_expires_at = CASE WHEN %(status)s = 'sending' THEN now() + interval '1 minute' END "
             "WHERE id = ANY(%(ids)s)", {"status": status, "ago": sent_ago, "ids": ids})
+        if sent_ago is not None:  # no row is sent before its campaign started
+            cursor.execute(f"UPDATE growth_campaigns SET started_at = least(started_at, "
+                           f"{now} - %(ago)s::interval) WHERE id = %(id)s",
+                           {"ago": sent_ago, "id": campaign.pk})
 
 
 def started(campaign, ago: str, *, at_minute: bool = False) -> None:
