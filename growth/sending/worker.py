@@ -215,10 +215,12 @@ class Worker:
                               deadline=time.monotonic() + self.lease)
             self._settler.close()  # what went out is settled before we go
             self._settler = InlineSettler()
-            self._retrying_db(SendTally.objects.fold, deadline=time.monotonic() + DB_RETRY_FIRST)
+            self._retrying_db(SendTally.objects.fold, deadline=time.monotonic() + DB_RETRY_FIRST,
+                              lost="the deltas wait for another worker's fold")
             self._wires.close()  # every connection, self.transport's included
             self._retrying_db(lambda: WorkerHeartbeat.objects.stopped(worker_id=self.worker_id),
-                              deadline=time.monotonic() + DB_RETRY_FIRST)
+                              deadline=time.monotonic() + DB_RETRY_FIRST,
+                              lost="the heartbeat is left to go stale")
             connection.close()
             logger.info("worker %s stopped", self.worker_id)
 
@@ -656,7 +658,8 @@ class Worker:
         return max(wait, MIN_WAIT)
 
     def _retrying_db(self, call: Callable[[], T], *, deadline: float | None = None,
-                     default: T | None = None) -> T | None:
+                     default: T | None = None,
+                     lost: str = "the lease will return these rows") -> T | None:
         """Run ``call``; on a lost database connection reconnect with backoff and run it again.
 
         Gives up (returning ``default``) only at ``deadline`` or when asked to stop while the
@@ -670,7 +673,7 @@ class Worker:
                 logger.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
                 _discard_connection()
                 if deadline is not None and time.monotonic() + delay > deadline:
-                    logger.error("giving up: the lease will return these rows")
+                    logger.error("giving up: %s", lost)
                     return default
                 if self._stop.wait(delay) and deadline is None:
                     return default
