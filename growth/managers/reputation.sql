@@ -9,6 +9,12 @@
 -- growth_feedback_events by its campaign_id index, each event's send by primary key: events are
 -- few, sends are many, so the join goes from the events to the sends, never the other way.
 
+-- _hard_refused --
+-- The row failed because our relay refused it for good for its address (growth_hard_refusal(),
+-- migration 0016): the predicate of the partial index send_hard_refused, written as the index
+-- has it so that the planner can use it. Unqualified: the growth_sends of the innermost FROM.
+(status = 'failed' AND growth_hard_refusal(last_error))
+
 -- _rates --
 -- The body shared by `rates` and `rates_of_sending_tenants`, after their `accounts` CTE.
 --   sent             rows accepted by the receiving side in the window (status 'sent')
@@ -51,8 +57,7 @@ campaigns AS (
      -- each event's send by primary key (OFFSET 0 keeps the probe: as a join, the planner
      -- hashed a scan of every send, 416 ms for a tenant with no events beside 1M sends)
      CROSS JOIN LATERAL (SELECT x.status, x.sent_at, x.updated_at,
-                                (x.status = 'failed' AND growth_hard_refusal(x.last_error))
-                                    AS refused  -- counted in `refused` already
+                                {{ _hard_refused }} AS refused  -- counted in `refused` already
                            FROM growth_sends x
                           WHERE x.id = e.send_id
                          OFFSET 0) AS s
@@ -61,15 +66,14 @@ campaigns AS (
 ), refused AS (
     -- per campaign, a range of the partial index send_hard_refused (campaign_id, updated_at),
     -- which holds only failed rows with a hard refusal: counted index-only, the newest its last
-    -- entry; the rows' reply text is never read (it was: 1.7-2.2 s beside 500,000 of them)
+    -- entry; the rows' reply text is never read (it was: 1.2 s beside 500,000 of them)
     SELECT c.account_id, sum(k.n)::bigint AS n, max(k.at) AS at
       FROM campaigns c
      CROSS JOIN LATERAL (
            SELECT count(*) AS n, max(s.updated_at) AS at
              FROM growth_sends s
             WHERE s.campaign_id = c.id
-              AND s.status = 'failed'
-              AND growth_hard_refusal(s.last_error)
+              AND {{ _hard_refused }}
               AND s.updated_at >= now() - make_interval(days => %(days)s)) AS k
      GROUP BY c.account_id
 )

@@ -7,8 +7,9 @@ reply, not 5.1.7 / 5.1.8 (those are about the sender).
 
 send_hard_refused holds only such failed rows, by (campaign_id, updated_at): the figures count a
 campaign's refusals in the window with an index-only range and find the newest by its last entry.
-Reading the rows instead took 1.7-2.2 s beside 500,000 of them. Rows that fail otherwise, and
-every other row, never enter it; built CONCURRENTLY, so a live send is not held up.
+Reading the rows instead took 1.2 s beside 500,000 of them (25 ms from the index, vacuumed).
+Rows that fail otherwise, and every other row, never enter it; built CONCURRENTLY, so a live send
+is not held up. reputation.sql's _hard_refused is this predicate, as its queries write it.
 """
 
 from django.db import migrations
