@@ -382,6 +382,11 @@ class Send(models.Model):
     # on this row is never sent or retried here. No index: nothing looks rows up by it.
     resent_in = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.PROTECT,
                                   related_name="+", db_index=False)
+    # A hard bounce or a complaint about this send was reported (an ESP's webhook, the bounce
+    # mailbox): kept by a trigger on growth_feedback_events (migration 0017), never written by
+    # the engine. The tallies count by them, so that the reputation figures read no events.
+    bounce_reported = models.BooleanField(db_default=False, editable=False)
+    complaint_reported = models.BooleanField(db_default=False, editable=False)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 
@@ -419,6 +424,11 @@ class Send(models.Model):
             # the claim's share of a paced destination (as many rows as its tokens allow)
             models.Index("campaign", "destination_id", "id", name="send_queued_by_destination",
                          condition=Q(status="queued")),
+            # the reputation figures' reported sends that are not 'sent' (a send in doubt or
+            # failed when its bounce came): few, and the tallies cannot date them (no sent_at)
+            models.Index("campaign", "updated_at", name="send_reported_unsent",
+                         condition=(Q(bounce_reported=True) | Q(complaint_reported=True))
+                         & ~Q(status="sent")),
         ]
 
     def __str__(self) -> str:
@@ -427,11 +437,14 @@ class Send(models.Model):
 
 class TallyFields(models.Model):
     """A count of a campaign's sends in a status, per minute of their ``sent_at`` (null: not
-    sent). No foreign key: tallies only follow growth_sends."""
+    sent) and by whether a bounce or a complaint was reported about them. No foreign key:
+    tallies only follow growth_sends."""
 
     campaign_id = models.BigIntegerField()
     status = models.CharField(max_length=16)
     sent_minute = models.DateTimeField(null=True)
+    bounce_reported = models.BooleanField(db_default=False)
+    complaint_reported = models.BooleanField(db_default=False)
     sends = models.BigIntegerField()
 
     class Meta:
@@ -451,7 +464,8 @@ class SendTally(TallyFields):
         db_table = "growth_send_tallies"
         constraints = [
             # a constraint, not an expression index: the fold's ON CONFLICT names it
-            models.UniqueConstraint(fields=["campaign_id", "status", "sent_minute"],
+            models.UniqueConstraint(fields=["campaign_id", "status", "sent_minute",
+                                            "bounce_reported", "complaint_reported"],
                                     nulls_distinct=False, name="send_tally_key"),
         ]
 
@@ -628,6 +642,9 @@ class FeedbackEvent(models.Model):
         indexes = [
             # an address's recent soft bounces in a tenant (suppression after N in a window)
             models.Index("account", "email_lower", "received_at", name="feedback_account_address"),
+            # the reputation guard's newest evidence per campaign and kind: one probe each
+            models.Index("campaign", "event_type", "received_at", name="feedback_campaign_news",
+                         condition=Q(suppressed=True)),
         ]
 
     def __str__(self) -> str:

@@ -5,9 +5,11 @@
 -- The window is counted per campaign, never by account alone (growth_sends has no account index,
 -- on purpose): the tenant's campaigns that can have sent in the window (started, not finished
 -- before it) through growth_campaigns' account_id index, then per campaign a few rows of its
--- tallies (sent) and one range of the partial index send_hard_refused. Feedback comes from
--- growth_feedback_events by its campaign_id index, each event's send by primary key: events are
--- few, sends are many, so the join goes from the events to the sends, never the other way.
+-- tallies (sent, and of those the ones reported bounced or complained about), one range of the
+-- partial index send_hard_refused, one of send_reported_unsent (the reported rows not 'sent') and
+-- one probe of feedback_campaign_news per kind. No event is read one by one, and no send is
+-- probed: the reported kinds are kept on the sends (migration 0017), where the tallies see them.
+-- Before that, each event's send was probed by primary key: 245 ms beside 40,000 events at 1M.
 
 -- _hard_refused --
 -- The row failed because our relay refused it for good for its address (growth_hard_refusal(),
@@ -15,17 +17,26 @@
 -- has it so that the planner can use it. Unqualified: the growth_sends of the innermost FROM.
 (status = 'failed' AND growth_hard_refusal(last_error))
 
+-- _reported_unsent --
+-- A bounce or a complaint was reported about the row and it is not 'sent': the predicate of the
+-- partial index send_reported_unsent (migration 0018), as the index has it. Unqualified.
+((bounce_reported OR complaint_reported) AND NOT status = 'sent')
+
 -- _rates --
 -- The body shared by `rates` and `rates_of_sending_tenants`, after their `accounts` CTE.
 --   sent             rows accepted by the receiving side in the window (status 'sent')
 --   bounced_sent     of those, rows a hard bounce was reported for afterwards (ESP, mailbox)
 --   bounced_failed   rows refused for good in the window: by our relay at once (a 5.1.x reply,
---                    growth_hard_refusal(), migration 0016) or failed with a reported hard
+--                    growth_hard_refusal(), migration 0016) or not 'sent' with a reported hard
 --                    bounce (a send in doubt settled by it); a row that is both counts once
 --   complained       rows a complaint was reported for (a Postmark SpamNotification, a receiving
 --                    filter, is recorded unsuppressed and is not one)
---   *_at             when the newest of that evidence reached us (the database's clock)
--- A send counts once per kind, whichever ESP or mailbox reported it and however often.
+--   bounced_at       when the newest hard bounce about the campaigns, or refusal in the window,
+--                    reached us (the database's clock)
+--   complained_at    when the newest complaint about the campaigns reached us
+-- A send counts once per kind, whichever ESP or mailbox reported it and however often. Sent rows
+-- are in the window from the start of its first minute on (the tallies' minutes); other rows by
+-- their last change.
 campaigns AS (
     SELECT c.id, c.account_id
       FROM growth_campaigns c
@@ -33,36 +44,36 @@ campaigns AS (
        AND c.started_at IS NOT NULL
        AND (c.finished_at IS NULL OR c.finished_at >= now() - make_interval(days => %(days)s))
 ), sent AS (
-    -- from each campaign's tallies of sent rows (tallies.sql), not its rows: the window starts
-    -- at the start of its first minute. LATERAL: the campaign's id reaches the view's indexes.
-    SELECT c.account_id, sum(k.n)::bigint AS n
+    -- from each campaign's tallies of sent rows (tallies.sql), not its rows. LATERAL: the
+    -- campaign's id reaches the view's indexes.
+    SELECT c.account_id, sum(k.n)::bigint AS n, sum(k.bounced)::bigint AS bounced,
+           sum(k.complained)::bigint AS complained
       FROM campaigns c
      CROSS JOIN LATERAL (
-           SELECT sum(t.sends) AS n
+           SELECT sum(t.sends) AS n,
+                  sum(t.sends) FILTER (WHERE t.bounce_reported) AS bounced,
+                  sum(t.sends) FILTER (WHERE t.complaint_reported) AS complained
              FROM growth_send_counts t
             WHERE t.campaign_id = c.id
               AND t.status = 'sent'
               AND t.sent_minute >= date_trunc('minute', now() - make_interval(days => %(days)s),
                                               'UTC')) AS k
      GROUP BY c.account_id
-), reported AS (
-    SELECT c.account_id, e.event_type, e.send_id, s.status AS send_status, s.refused,
-           max(e.received_at) AS at
+), unsent AS (
+    -- the reported rows that are not 'sent' (in doubt, or failed when the bounce came): a range
+    -- of send_reported_unsent per campaign, a few rows. A refusal is counted in `refused`.
+    SELECT c.account_id, sum(k.bounced)::bigint AS bounced, sum(k.complained)::bigint AS complained
       FROM campaigns c
-      JOIN growth_feedback_events e
-        ON e.campaign_id = c.id
-       AND e.account_id = c.account_id
-       AND e.event_type IN ('bounced', 'complained')
-       AND e.suppressed
-     -- each event's send by primary key (OFFSET 0 keeps the probe: as a join, the planner
-     -- hashed a scan of every send, 416 ms for a tenant with no events beside 1M sends)
-     CROSS JOIN LATERAL (SELECT x.status, x.sent_at, x.updated_at,
-                                {{ _hard_refused }} AS refused  -- counted in `refused` already
-                           FROM growth_sends x
-                          WHERE x.id = e.send_id
-                         OFFSET 0) AS s
-     WHERE coalesce(s.sent_at, s.updated_at) >= now() - make_interval(days => %(days)s)
-     GROUP BY c.account_id, e.event_type, e.send_id, s.status, s.refused
+     CROSS JOIN LATERAL (
+           SELECT count(*) FILTER (WHERE s.bounce_reported
+                                     AND NOT coalesce({{ _hard_refused }}, false)) AS bounced,
+                  count(*) FILTER (WHERE s.complaint_reported) AS complained
+             FROM growth_sends s
+            WHERE s.campaign_id = c.id
+              AND {{ _reported_unsent }}
+              AND coalesce(s.sent_at, s.updated_at) >= now() - make_interval(days => %(days)s)
+           ) AS k
+     GROUP BY c.account_id
 ), refused AS (
     -- per campaign, a range of the partial index send_hard_refused (campaign_id, updated_at),
     -- which holds only failed rows with a hard refusal: counted index-only, the newest its last
@@ -76,26 +87,34 @@ campaigns AS (
               AND {{ _hard_refused }}
               AND s.updated_at >= now() - make_interval(days => %(days)s)) AS k
      GROUP BY c.account_id
+), news AS (
+    -- per campaign and kind, the last entry of its range of feedback_campaign_news
+    SELECT c.account_id, max(b.at) AS bounced_at, max(p.at) AS complained_at
+      FROM campaigns c
+     CROSS JOIN LATERAL (
+           SELECT max(e.received_at) AS at
+             FROM growth_feedback_events e
+            WHERE e.campaign_id = c.id AND e.event_type = 'bounced' AND e.suppressed) AS b
+     CROSS JOIN LATERAL (
+           SELECT max(e.received_at) AS at
+             FROM growth_feedback_events e
+            WHERE e.campaign_id = c.id AND e.event_type = 'complained' AND e.suppressed) AS p
+     GROUP BY c.account_id
 )
 SELECT a.account_id,
        acc.name AS account_name,
-       coalesce((SELECT n FROM sent WHERE sent.account_id = a.account_id), 0) AS sent,
-       (SELECT count(*) FROM reported r
-         WHERE r.account_id = a.account_id AND r.event_type = 'bounced'
-           AND r.send_status = 'sent') AS bounced_sent,
-       coalesce((SELECT n FROM refused f WHERE f.account_id = a.account_id), 0)
-       + (SELECT count(*) FROM reported r
-           WHERE r.account_id = a.account_id AND r.event_type = 'bounced'
-             AND r.send_status <> 'sent' AND NOT r.refused) AS bounced_failed,
-       (SELECT count(*) FROM reported r
-         WHERE r.account_id = a.account_id AND r.event_type = 'complained') AS complained,
-       greatest((SELECT max(r.at) FROM reported r
-                  WHERE r.account_id = a.account_id AND r.event_type = 'bounced'),
-                (SELECT f.at FROM refused f WHERE f.account_id = a.account_id)) AS bounced_at,
-       (SELECT max(r.at) FROM reported r
-         WHERE r.account_id = a.account_id AND r.event_type = 'complained') AS complained_at
+       coalesce(s.n, 0) AS sent,
+       coalesce(s.bounced, 0) AS bounced_sent,
+       coalesce(f.n, 0) + coalesce(u.bounced, 0) AS bounced_failed,
+       coalesce(s.complained, 0) + coalesce(u.complained, 0) AS complained,
+       greatest(n.bounced_at, f.at) AS bounced_at,
+       n.complained_at
   FROM accounts a
   JOIN growth_accounts acc ON acc.id = a.account_id
+  LEFT JOIN sent s ON s.account_id = a.account_id
+  LEFT JOIN unsent u ON u.account_id = a.account_id
+  LEFT JOIN refused f ON f.account_id = a.account_id
+  LEFT JOIN news n ON n.account_id = a.account_id
  ORDER BY a.account_id
 
 -- rates --

@@ -18,7 +18,15 @@ class Difference(FromRow):
     campaign_id: int
     status: str
     sent_minute: datetime | None
+    bounce_reported: bool
+    complaint_reported: bool
     tallied: int
+
+    @property
+    def reported(self) -> str:
+        kinds = [kind for kind, on in (("bounce", self.bounce_reported),
+                                       ("complaint", self.complaint_reported)) if on]
+        return f", {' and '.join(kinds)} reported" if kinds else ""
     counted: int
 
 

@@ -1,5 +1,5 @@
--- The tallies of growth_sends (per campaign, status and minute of sent_at): the triggers of
--- migration 0015 append each statement's net change to growth_send_tally_deltas, never waiting
+-- The tallies of growth_sends (per campaign, status, minute of sent_at, and whether a bounce or
+-- a complaint was reported about the rows: migration 0017): the triggers of migration 0015 append each statement's net change to growth_send_tally_deltas, never waiting
 -- on another writer; fold moves them into growth_send_tallies. Readers count through the view
 -- growth_send_counts (tallies + deltas not folded yet), which is exact in any snapshot: a fold
 -- removes its deltas and adds them to the tallies in one commit.
@@ -18,13 +18,15 @@ WITH taken AS (
     DELETE FROM growth_send_tally_deltas d
      USING taken
      WHERE d.id = taken.id
-    RETURNING d.campaign_id, d.status, d.sent_minute, d.sends
+    RETURNING d.campaign_id, d.status, d.sent_minute, d.bounce_reported, d.complaint_reported,
+              d.sends
 ), upserted AS (
-    INSERT INTO growth_send_tallies (campaign_id, status, sent_minute, sends)
-    SELECT campaign_id, status, sent_minute, sum(sends)
+    INSERT INTO growth_send_tallies (campaign_id, status, sent_minute, bounce_reported,
+                                     complaint_reported, sends)
+    SELECT campaign_id, status, sent_minute, bounce_reported, complaint_reported, sum(sends)
       FROM folded
-     GROUP BY campaign_id, status, sent_minute
-     ORDER BY campaign_id, status, sent_minute
+     GROUP BY campaign_id, status, sent_minute, bounce_reported, complaint_reported
+     ORDER BY campaign_id, status, sent_minute, bounce_reported, complaint_reported
         ON CONFLICT ON CONSTRAINT send_tally_key
         DO UPDATE SET sends = growth_send_tallies.sends + excluded.sends
     RETURNING 1
@@ -41,25 +43,27 @@ SELECT campaign_id, status, count(*) AS sends
  GROUP BY campaign_id, status;
 
 -- differences --
--- Where the tallies and the rows disagree, per (campaign, status, sent minute): none, unless
+-- Where the tallies and the rows disagree, per (campaign, status, sent minute, reported): none, unless
 -- the triggers were bypassed (session_replication_role = replica, a restore with triggers off,
 -- a trigger disabled by hand). %(campaign_ids)s NULL: every campaign. O(rows): an operator's
 -- check (manage.py check_tallies), never a page's.
 WITH tallied AS (
-    SELECT campaign_id, status, sent_minute, sends
+    SELECT campaign_id, status, sent_minute, bounce_reported, complaint_reported, sends
       FROM growth_send_counts
      WHERE (%(campaign_ids)s::bigint[] IS NULL OR campaign_id = ANY(%(campaign_ids)s))
        AND sends <> 0
 ), counted AS (
     SELECT campaign_id, status, date_trunc('minute', sent_at, 'UTC') AS sent_minute,
-           count(*) AS sends
+           bounce_reported, complaint_reported, count(*) AS sends
       FROM growth_sends
      WHERE (%(campaign_ids)s::bigint[] IS NULL OR campaign_id = ANY(%(campaign_ids)s))
-     GROUP BY 1, 2, 3
+     GROUP BY 1, 2, 3, 4, 5
 )
 SELECT coalesce(t.campaign_id, c.campaign_id) AS campaign_id,
        coalesce(t.status, c.status) AS status,
        coalesce(t.sent_minute, c.sent_minute) AS sent_minute,
+       coalesce(t.bounce_reported, c.bounce_reported) AS bounce_reported,
+       coalesce(t.complaint_reported, c.complaint_reported) AS complaint_reported,
        coalesce(t.sends, 0) AS tallied,
        coalesce(c.sends, 0) AS counted
   FROM tallied t
@@ -67,8 +71,10 @@ SELECT coalesce(t.campaign_id, c.campaign_id) AS campaign_id,
     ON c.campaign_id = t.campaign_id
    AND c.status = t.status
    AND c.sent_minute IS NOT DISTINCT FROM t.sent_minute
+   AND c.bounce_reported = t.bounce_reported
+   AND c.complaint_reported = t.complaint_reported
  WHERE t.sends IS DISTINCT FROM c.sends
- ORDER BY 1, 2, 3;
+ ORDER BY 1, 2, 3, 4, 5;
 
 -- hold_writers --
 -- For a repair: every INSERT, UPDATE and DELETE of growth_sends waits until the caller's
@@ -84,8 +90,10 @@ DELETE FROM growth_send_tallies WHERE campaign_id = ANY(%(campaign_ids)s);
 
 -- retally --
 -- The campaigns' tallies recounted from their rows.
-INSERT INTO growth_send_tallies (campaign_id, status, sent_minute, sends)
-SELECT campaign_id, status, date_trunc('minute', sent_at, 'UTC'), count(*)
+INSERT INTO growth_send_tallies (campaign_id, status, sent_minute, bounce_reported,
+                                 complaint_reported, sends)
+SELECT campaign_id, status, date_trunc('minute', sent_at, 'UTC'), bounce_reported,
+       complaint_reported, count(*)
   FROM growth_sends
  WHERE campaign_id = ANY(%(campaign_ids)s)
- GROUP BY 1, 2, 3;
+ GROUP BY 1, 2, 3, 4, 5;

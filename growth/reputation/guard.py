@@ -11,10 +11,12 @@ its sending campaigns paused, with the reason; an operator resumes them knowingl
 
 A send counts once per kind, whoever reported it (an ESP's webhook and a feedback loop's ARF
 report of the same complaint are one complaint). The window is a time window, not "the last N
-sends": it is what the indexes serve (each campaign's range of (campaign_id, status, sent_at),
-see growth/managers/reputation.sql), and it matches how the mailbox providers measure (Gmail's
-Postmaster Tools: per day). Feedback is counted against the send it is about, so a complaint
-that arrives two days after its message counts as long as that message is in the window.
+sends": it is what the tallies serve (each campaign's sent rows per minute, and which of them
+were reported bounced or complained about: growth/managers/reputation.sql), and it matches how
+the mailbox providers measure (Gmail's Postmaster Tools: per day). Feedback is counted against
+the send it is about, as that send stands now, so a complaint that arrives two days after its
+message counts as long as that message is in the window, and one that beats the worker's own
+record of the send counts against a sent message once the worker records it.
 
 **The thresholds** (percent; settings ``REPUTATION_*``):
 

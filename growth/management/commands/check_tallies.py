@@ -24,7 +24,7 @@ class Command(BaseCommand):
             return
         for d in differences:
             minute = "not sent" if d.sent_minute is None else f"sent {d.sent_minute:%Y-%m-%d %H:%M}"
-            self.stdout.write(f"campaign {d.campaign_id}, {d.status}, {minute}: tallied "
+            self.stdout.write(f"campaign {d.campaign_id}, {d.status}, {minute}{d.reported}: tallied "
                               f"{d.tallied:,}, rows {d.counted:,}")
         wrong = sorted({d.campaign_id for d in differences})
         if not repair:
