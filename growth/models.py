@@ -424,11 +424,9 @@ class Send(models.Model):
             # the claim's share of a paced destination (as many rows as its tokens allow)
             models.Index("campaign", "destination_id", "id", name="send_queued_by_destination",
                          condition=Q(status="queued")),
-            # the reputation figures' reported sends that are not 'sent' (a send in doubt or
-            # failed when its bounce came): few, and the tallies cannot date them (no sent_at)
-            models.Index("campaign", "updated_at", name="send_reported_unsent",
-                         condition=(Q(bounce_reported=True) | Q(complaint_reported=True))
-                         & ~Q(status="sent")),
+            # Not declared here, as their predicates call growth_hard_refusal(): the reputation
+            # figures' partial indexes send_hard_refused (migration 0016), send_bounced_unsent
+            # and send_complained_unsent (0018), see growth/managers/reputation.sql.
         ]
 
     def __str__(self) -> str:

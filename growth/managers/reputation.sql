@@ -5,11 +5,12 @@
 -- The window is counted per campaign, never by account alone (growth_sends has no account index,
 -- on purpose): the tenant's campaigns that can have sent in the window (started, not finished
 -- before it) through growth_campaigns' account_id index, then per campaign a few rows of its
--- tallies (sent, and of those the ones reported bounced or complained about), one range of the
--- partial index send_hard_refused, one of send_reported_unsent (the reported rows not 'sent') and
--- one probe of feedback_campaign_news per kind. No event is read one by one, and no send is
--- probed: the reported kinds are kept on the sends (migration 0017), where the tallies see them.
--- Before that, each event's send was probed by primary key: 245 ms beside 40,000 events at 1M.
+-- tallies (sent, and of those the ones reported bounced or complained about), one range each of
+-- the partial indexes send_hard_refused, send_bounced_unsent and send_complained_unsent (relay
+-- refusals; reported rows not 'sent'), and one probe of feedback_campaign_news per kind. No
+-- event is read one by one and no send is probed: the reported kinds are kept on the sends
+-- (migration 0017), where the tallies see them. Before that, each event's send was probed by
+-- primary key: 245 ms beside 40,000 events at 1M.
 
 -- _hard_refused --
 -- The row failed because our relay refused it for good for its address (growth_hard_refusal(),
@@ -17,10 +18,17 @@
 -- has it so that the planner can use it. Unqualified: the growth_sends of the innermost FROM.
 (status = 'failed' AND growth_hard_refusal(last_error))
 
--- _reported_unsent --
--- A bounce or a complaint was reported about the row and it is not 'sent': the predicate of the
--- partial index send_reported_unsent (migration 0018), as the index has it. Unqualified.
-((bounce_reported OR complaint_reported) AND NOT status = 'sent')
+-- _bounced_unsent --
+-- A hard bounce was reported about the row, it is not 'sent', and it is not a refusal (counted
+-- with those): the predicate of the partial index send_bounced_unsent (migration 0018), as the
+-- index has it. Unqualified.
+(bounce_reported AND NOT status = 'sent'
+ AND NOT (status = 'failed' AND growth_hard_refusal(last_error)))
+
+-- _complained_unsent --
+-- A complaint was reported about the row and it is not 'sent': the predicate of the partial
+-- index send_complained_unsent (migration 0018), as the index has it. Unqualified.
+(complaint_reported AND NOT status = 'sent')
 
 -- _rates --
 -- The body shared by `rates` and `rates_of_sending_tenants`, after their `accounts` CTE.
@@ -36,7 +44,7 @@
 --   complained_at    when the newest complaint about the campaigns reached us
 -- A send counts once per kind, whichever ESP or mailbox reported it and however often. Sent rows
 -- are in the window from the start of its first minute on (the tallies' minutes); other rows by
--- their last change.
+-- their last change (updated_at).
 campaigns AS (
     SELECT c.id, c.account_id
       FROM growth_campaigns c
@@ -60,19 +68,23 @@ campaigns AS (
                                               'UTC')) AS k
      GROUP BY c.account_id
 ), unsent AS (
-    -- the reported rows that are not 'sent' (in doubt, or failed when the bounce came): a range
-    -- of send_reported_unsent per campaign, a few rows. A refusal is counted in `refused`.
-    SELECT c.account_id, sum(k.bounced)::bigint AS bounced, sum(k.complained)::bigint AS complained
+    -- the reported rows that are not 'sent' (in doubt, or failed when the report came), dated by
+    -- their last change: per campaign and kind a range of a partial index that holds only them,
+    -- counted index-only
+    SELECT c.account_id, sum(b.n)::bigint AS bounced, sum(p.n)::bigint AS complained
       FROM campaigns c
      CROSS JOIN LATERAL (
-           SELECT count(*) FILTER (WHERE s.bounce_reported
-                                     AND NOT coalesce({{ _hard_refused }}, false)) AS bounced,
-                  count(*) FILTER (WHERE s.complaint_reported) AS complained
+           SELECT count(*) AS n
              FROM growth_sends s
             WHERE s.campaign_id = c.id
-              AND {{ _reported_unsent }}
-              AND coalesce(s.sent_at, s.updated_at) >= now() - make_interval(days => %(days)s)
-           ) AS k
+              AND {{ _bounced_unsent }}
+              AND s.updated_at >= now() - make_interval(days => %(days)s)) AS b
+     CROSS JOIN LATERAL (
+           SELECT count(*) AS n
+             FROM growth_sends s
+            WHERE s.campaign_id = c.id
+              AND {{ _complained_unsent }}
+              AND s.updated_at >= now() - make_interval(days => %(days)s)) AS p
      GROUP BY c.account_id
 ), refused AS (
     -- per campaign, a range of the partial index send_hard_refused (campaign_id, updated_at),
