@@ -75,7 +75,7 @@ def finished_campaign(audience) -> int:
         cursor.execute(FEEDBACK_SQL, {"campaign_id": campaign_id})
         cursor.execute("UPDATE growth_campaigns SET status = 'sent', finished_at = now() "
                        "WHERE id = %s", [campaign_id])
-    data.fold_tallies()  # a delta per report that marked its send (the events' row trigger)
+    data.fold_tallies()  # as the workers would within seconds
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE growth_sends")
         cursor.execute("VACUUM ANALYZE growth_feedback_events")

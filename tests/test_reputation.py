@@ -169,6 +169,31 @@ def test_a_report_deleted_or_unsuppressed_no_longer_counts_unless_another_says_t
 
 
 @pytest.mark.django_db
+def test_events_written_in_bulk_mark_each_of_their_sends(tenant):
+    """One statement of many events (an import of an ESP's history): one UPDATE marks them all."""
+    campaign = sending_campaign(count=10, account=tenant)
+    rows = sent_rows(campaign, 4)
+    with connection.cursor() as cursor:
+        cursor.execute("""
+            INSERT INTO growth_feedback_events (esp, event_id, event_type, reject_reason,
+                   email_lower, account_id, campaign_id, send_id, unattributed_because,
+                   suppressed, description, mta_response)
+            SELECT 'import', s.id || '-' || k.n, k.kind, '', s.email_lower, s.account_id,
+                   s.campaign_id, s.id, '', k.kind <> 'deferred', '', ''
+              FROM growth_sends s,
+                   unnest(ARRAY['bounced', 'complained', 'complained', 'deferred'])
+                       WITH ORDINALITY AS k(kind, n)
+             WHERE s.id = ANY(%s) AND (k.kind <> 'bounced' OR s.id = %s)""",
+                       [[row.id for row in rows[:3]], rows[0].id])
+    marked = dict(Send.objects.filter(campaign=campaign).exclude(
+        bounce_reported=False, complaint_reported=False).values_list("id", "bounce_reported"))
+    assert marked == {rows[0].id: True, rows[1].id: False, rows[2].id: False}
+    (figures,) = REPUTATION.figures([tenant.id], days=7)
+    assert (figures.sent, figures.bounced_sent, figures.complained) == (4, 1, 3)
+    assert SendTally.objects.differences([campaign.id]) == []
+
+
+@pytest.mark.django_db
 def test_a_tenant_that_sent_nothing_has_zeros(tenant):
     (figures,) = REPUTATION.figures([tenant.id], days=7)
     assert (figures.sent, figures.hard_bounces, figures.complained) == (0, 0, 0)

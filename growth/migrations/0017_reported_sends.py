@@ -3,8 +3,8 @@ them from the tallies instead of reading every event and probing its send.
 
 growth_sends.bounce_reported and complaint_reported say that a hard bounce or a complaint about
 the send was reported (an event that suppressed the address: an ESP's webhook, the bounce
-mailbox). A row trigger on growth_feedback_events keeps them (growth_mark_reported): events are
-few and come one at a time; the engine never writes these columns. The tallies (migration 0015)
+mailbox). Statement triggers on growth_feedback_events keep them (growth_mark_reported, one
+UPDATE per statement, however many events it wrote); the engine never writes these columns. The tallies (migration 0015)
 now count by them as well, so a campaign's reported sends that were 'sent' in a window are a few
 tally rows, and their status is the send's current one, as it was when the figures read the
 sends themselves: a complaint that arrives while its send is still on the wire counts as a
@@ -20,35 +20,50 @@ and the backfill reads only the sends that have events.
 from django.db import migrations, models
 
 REPORTED = """
-CREATE FUNCTION growth_mark_reported(send bigint) RETURNS void LANGUAGE sql AS $$
+-- The sends' flags, recomputed from their events: a second report of the same kind writes
+-- nothing (and locks nothing); a deleted one unmarks its send only if no other says the same.
+CREATE FUNCTION growth_mark_reported(sends bigint[]) RETURNS void LANGUAGE sql AS $$
     UPDATE growth_sends s
        SET bounce_reported = r.bounced, complaint_reported = r.complained
-      FROM (SELECT coalesce(bool_or(e.event_type = 'bounced'), false) AS bounced,
-                   coalesce(bool_or(e.event_type = 'complained'), false) AS complained
-              FROM growth_feedback_events e
-             WHERE e.send_id = send
-               AND e.suppressed
-               AND e.event_type IN ('bounced', 'complained')) AS r
-     WHERE s.id = send
-       -- a second report of the same kind writes nothing (and locks nothing)
+      FROM (SELECT x.id,
+                   EXISTS (SELECT 1 FROM growth_feedback_events e
+                            WHERE e.send_id = x.id AND e.suppressed
+                              AND e.event_type = 'bounced') AS bounced,
+                   EXISTS (SELECT 1 FROM growth_feedback_events e
+                            WHERE e.send_id = x.id AND e.suppressed
+                              AND e.event_type = 'complained') AS complained
+              FROM unnest(sends) AS x(id)) AS r
+     WHERE s.id = r.id
        AND (s.bounce_reported, s.complaint_reported) IS DISTINCT FROM (r.bounced, r.complained);
 $$;
 
+-- Per statement: a webhook records one event, a bulk import thousands, each in one UPDATE.
 CREATE FUNCTION growth_report_sends() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP <> 'INSERT' AND OLD.send_id IS NOT NULL THEN
-        PERFORM growth_mark_reported(OLD.send_id);
-    END IF;
-    IF TG_OP <> 'DELETE' AND NEW.send_id IS NOT NULL
-       AND (TG_OP = 'INSERT' OR NEW.send_id IS DISTINCT FROM OLD.send_id) THEN
-        PERFORM growth_mark_reported(NEW.send_id);
+    IF TG_OP = 'INSERT' THEN
+        PERFORM growth_mark_reported(ARRAY(SELECT DISTINCT send_id FROM new_rows
+                                            WHERE send_id IS NOT NULL));
+    ELSIF TG_OP = 'DELETE' THEN
+        PERFORM growth_mark_reported(ARRAY(SELECT DISTINCT send_id FROM old_rows
+                                            WHERE send_id IS NOT NULL));
+    ELSE
+        PERFORM growth_mark_reported(ARRAY(SELECT send_id FROM new_rows WHERE send_id IS NOT NULL
+                                           UNION
+                                           SELECT send_id FROM old_rows WHERE send_id IS NOT NULL));
     END IF;
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER growth_feedback_events_report AFTER INSERT OR DELETE
-    OR UPDATE OF send_id, event_type, suppressed ON growth_feedback_events
-    FOR EACH ROW EXECUTE FUNCTION growth_report_sends();
+-- A trigger with transition tables serves one event only, and takes no column list.
+CREATE TRIGGER growth_feedback_events_report_insert AFTER INSERT ON growth_feedback_events
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION growth_report_sends();
+CREATE TRIGGER growth_feedback_events_report_update AFTER UPDATE ON growth_feedback_events
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION growth_report_sends();
+CREATE TRIGGER growth_feedback_events_report_delete AFTER DELETE ON growth_feedback_events
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION growth_report_sends();
 
 -- The tallies, by the two columns as well (migration 0015's function, with them).
 CREATE OR REPLACE FUNCTION growth_tally_sends() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -109,9 +124,11 @@ UPDATE growth_sends s
 """
 
 UNREPORTED = """
-DROP TRIGGER growth_feedback_events_report ON growth_feedback_events;
+DROP TRIGGER growth_feedback_events_report_insert ON growth_feedback_events;
+DROP TRIGGER growth_feedback_events_report_update ON growth_feedback_events;
+DROP TRIGGER growth_feedback_events_report_delete ON growth_feedback_events;
 DROP FUNCTION growth_report_sends();
-DROP FUNCTION growth_mark_reported(bigint);
+DROP FUNCTION growth_mark_reported(bigint[]);
 DROP VIEW growth_send_counts;
 CREATE VIEW growth_send_counts AS
 SELECT campaign_id, status, sent_minute, sum(sends)::bigint AS sends
