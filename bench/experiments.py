@@ -5,10 +5,17 @@ engine: ``python -m bench --only experiments`` (opt-in; not part of the default 
                 with all of growth_sends's indexes, then with only the primary key and the
                 claim's partial indexes: what the other indexes (uniqueness, progress, recovery,
                 feedback lookups) cost together; the indexes are put back afterwards.
+``reported``    the engine as migrated (0017-0018: the tally function groups by the reported
+                flags, two partial indexes on them) and as before (0015's tally function, the
+                two indexes dropped), in turn A B B A ..., so that a drift of the machine falls
+                on both; everything is put back afterwards. The flags' columns stay: dropping
+                them would be another schema than the engine's.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
 import statistics
 
 from django.db import connection
@@ -56,3 +63,53 @@ def indexes(*, audience, batch_size: int, repetitions: int, out) -> dict[str, di
                 if name not in present:
                     cursor.execute(create)
     return results
+
+
+REPORTED_INDEXES = ["send_bounced_unsent", "send_complained_unsent"]  # migration 0018
+
+
+def _tally_function(migration: str, attribute: str) -> str:
+    """growth_tally_sends() as ``migration`` writes it, as a CREATE OR REPLACE."""
+    text = getattr(importlib.import_module(f"growth.migrations.{migration}"), attribute)
+    body = re.search(r"CREATE (?:OR REPLACE )?FUNCTION growth_tally_sends\(\).*?END \$\$;", text,
+                     re.DOTALL).group(0)
+    return body.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+
+
+def reported(*, audience, batch_size: int, repetitions: int, out) -> dict:
+    """{"seconds": {variant: [run, ...]}, "ratio": median with ÷ median without}."""
+    with_flags = _tally_function("0017_reported_sends", "REPORTED")
+    before = _tally_function("0015_send_tallies", "TALLIES")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes "
+                       "WHERE tablename = 'growth_sends' AND indexname = ANY(%s)", [REPORTED_INDEXES])
+        indexes = dict(cursor.fetchall())
+    assert sorted(indexes) == sorted(REPORTED_INDEXES), f"migration 0018 not applied: {indexes}"
+
+    def as_migrated() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(with_flags)
+            for name, create in indexes.items():
+                cursor.execute(f"DROP INDEX IF EXISTS {name}")
+                cursor.execute(create)
+
+    def as_before() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(before)
+            for name in indexes:
+                cursor.execute(f"DROP INDEX IF EXISTS {name}")
+
+    variants = {"as migrated (0017-0018)": as_migrated, "before (0015's tallies, no 0018)": as_before}
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        for rep in range(repetitions):
+            order = list(variants) if rep % 2 == 0 else list(reversed(variants))
+            for name in order:
+                variants[name]()
+                seconds[name].append(engine.run(audience=audience, batch_size=batch_size, workers=1,
+                                                out=out, name="reported"))
+    finally:
+        as_migrated()
+        data.fresh_sends()
+    medians = [statistics.median(runs) for runs in seconds.values()]
+    return {"seconds": seconds, "ratio": medians[0] / medians[1]}

@@ -325,10 +325,18 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
     if experiments:
         out += ["", "## Experiments (`--only experiments`: the recommended changes, tried on the bench "
                     "database)", ""]
-        out += [f"| growth_sends (batch {config['profile_batch']}, 1 worker) | ceiling+hand_over /s "
-                    "| engine /s |", "|---|---|---|"]
-        out += [f"| {variant} | {r['ceiling+hand_over']:,.0f} | {r['engine']:,.0f} |"
-                for variant, r in experiments["indexes"].items()]
+        if "indexes" in experiments:
+            out += [f"| growth_sends (batch {config['profile_batch']}, 1 worker) | ceiling+hand_over /s "
+                        "| engine /s |", "|---|---|---|"]
+            out += [f"| {variant} | {r['ceiling+hand_over']:,.0f} | {r['engine']:,.0f} |"
+                    for variant, r in experiments["indexes"].items()]
+        if "reported" in experiments:
+            reported = experiments["reported"]
+            out += ["", f"The reported flags (the engine, batch {config['profile_batch']}, 1 worker, "
+                        "in turn A B B A …): "
+                    + "; ".join(f"{variant}: " + ", ".join(f"{s:.2f}" for s in runs) + " s"
+                                for variant, runs in reported["seconds"].items())
+                    + f"; median ÷ median **{reported['ratio']:.2f}×**."]
     if results.get("directions"):
         out += _directions(results["directions"])
     if results.get("huge"):

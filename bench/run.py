@@ -64,6 +64,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--admin-sends", type=int, help="sends of the admin's campaign (1,000,000)")
     parser.add_argument("--export-sizes", help="recipients of the exported campaigns (10000,1000000)")
     parser.add_argument("--profile-batch", type=int, default=500)
+    parser.add_argument("--experiments", default="indexes,reported",
+                        help="experiments: which of them (bench/experiments.py)")
     parser.add_argument("--pacing-limit", type=float, default=20.0,
                         help="messages/s the throttling receiver takes for Gmail (20)")
     parser.add_argument("--pacing-seconds", type=float, help="the goodput run's length (60)")
@@ -403,11 +405,21 @@ def _experiments(args) -> dict:
     from bench import data, experiments
 
     audience = data.audience(args.recipients)
-    indexes = experiments.indexes(audience=audience, batch_size=args.profile_batch,
-                                  repetitions=args.repetitions, out=args.out)
-    for variant, rates in indexes.items():
-        say(f"experiment: {variant}: " + ", ".join(f"{k} {v:,.0f} /s" for k, v in rates.items()))
-    return {"indexes": indexes}
+    which = args.experiments.split(",")
+    results = {}
+    if "indexes" in which:
+        results["indexes"] = experiments.indexes(audience=audience, batch_size=args.profile_batch,
+                                                 repetitions=args.repetitions, out=args.out)
+        for variant, rates in results["indexes"].items():
+            say(f"experiment: {variant}: " + ", ".join(f"{k} {v:,.0f} /s" for k, v in rates.items()))
+    if "reported" in which:
+        reported = results["reported"] = experiments.reported(
+            audience=audience, batch_size=args.profile_batch, repetitions=args.repetitions,
+            out=args.out)
+        for variant, runs in reported["seconds"].items():
+            say(f"experiment: {variant}: " + ", ".join(f"{s:.2f}" for s in runs) + " s")
+        say(f"experiment: the reported flags' time ÷ without them: {reported['ratio']:.2f}×")
+    return results
 
 
 def _directions(args) -> dict:
