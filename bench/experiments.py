@@ -76,7 +76,7 @@ def _tally_function(migration: str, attribute: str) -> str:
     return body.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
 
 
-def reported(*, audience, batch_size: int, repetitions: int, out) -> dict:
+def reported(*, audience, batch_size: int, repetitions: int, out, say=print) -> dict:
     """{"seconds": {variant: [run, ...]}, "ratio": median with ÷ median without}."""
     with_flags = _tally_function("0017_reported_sends", "REPORTED")
     before = _tally_function("0015_send_tallies", "TALLIES")
@@ -108,6 +108,7 @@ def reported(*, audience, batch_size: int, repetitions: int, out) -> dict:
                 variants[name]()
                 seconds[name].append(engine.run(audience=audience, batch_size=batch_size, workers=1,
                                                 out=out, name="reported"))
+                say(f"  reported {rep + 1}: {name}: {seconds[name][-1]:.2f} s")
     finally:
         as_migrated()
         data.fresh_sends()

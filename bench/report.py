@@ -401,12 +401,27 @@ def _smtp_latency(latency: dict) -> list[str]:
                    f"| {_ratio(_latency_rate(point, 'plain'), raw)} "
                    f"| {_ratio(_latency_rate(point, 'idempotent'), raw)} "
                    f"| {_latency_cpu(point)} | {_latency_busy(point, latency.get('cores') or 1)} |")
+    for chunk in latency.get("chunks") or ():
+        out += _latency_variant(latency, f"plain-{chunk}", "raw",
+                                f"Plain receiver with SENDER_HANDOFF_CHUNK={chunk} (a kill leaves up "
+                                f"to {chunk} messages a connection in doubt)")
+    for load in latency.get("loads") or ():
+        out += _latency_variant(latency, f"smtplib+{load:g}", "of itself alone",
+                                f"Raw smtplib beside a process keeping {load:g} cores busy")
     if any("cpu_seconds" in point for point in latency["points"]):
         out += ["", "Machine CPU: every process's busy time while the contender ran (`/proc/stat`, "
                     "the sink and PostgreSQL included), the median per message; cores busy: that "
                     "time over the run's wall time and every core. A point whose cores were busy "
                     "all along measures the machine's CPU, not the receiver's latency."]
     return out
+
+
+def _latency_variant(latency: dict, contender: str, against: str, title: str) -> list[str]:
+    """A line of a further contender's rate at each point, over raw smtplib's."""
+    return ["", f"{title}: " + "; ".join(
+        f"{point['delay_ms']} ms, C = {point['connections']}: {_latency_cell(point, contender)} /s, "
+        f"{_ratio(_latency_rate(point, contender), _latency_rate(point, 'smtplib'))} {against}"
+        for point in latency["points"])]
 
 
 def _latency_cpu(point: dict) -> str:

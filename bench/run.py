@@ -56,6 +56,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-batch", type=int, default=20,
                         help="smtp-latency: the engine's batch per connection, --batch-size "
                              "20·C (a plain receiver needs ≥ 5·C)")
+    parser.add_argument("--latency-chunks", default="",
+                        help="smtp-latency: the plain receiver again at each of these "
+                             "SENDER_HANDOFF_CHUNK (e.g. 20; default: only the engine's 5)")
+    parser.add_argument("--latency-loads", default="",
+                        help="smtp-latency: raw smtplib again beside a process keeping this many "
+                             "cores busy (e.g. 0.4,0.8,1.2)")
     parser.add_argument("--latency-rcpt", action="store_true",
                         help="smtp-latency: delay each RCPT's reply too")
     parser.add_argument("--build-subscribers", type=int, help="the build's account (1,000,000)")
@@ -254,7 +260,9 @@ def _smtp_latency(args) -> dict:
         delays_ms=_ints(args.latency_delays), connections=_ints(args.latency_connections),
         seconds=args.latency_seconds or (1.5 if args.quick else 3.0),
         repetitions=args.latency_repetitions or (1 if args.quick else args.repetitions),
-        per_connection=args.latency_batch, rcpt=args.latency_rcpt, out=args.out, say=say)
+        per_connection=args.latency_batch, rcpt=args.latency_rcpt, out=args.out, say=say,
+        chunks=_ints(args.latency_chunks),
+        loads=[float(part) for part in args.latency_loads.split(",") if part.strip()])
 
 
 def _build(args) -> dict:
@@ -415,7 +423,7 @@ def _experiments(args) -> dict:
     if "reported" in which:
         reported = results["reported"] = experiments.reported(
             audience=audience, batch_size=args.profile_batch, repetitions=args.repetitions,
-            out=args.out)
+            out=args.out, say=say)
         for variant, runs in reported["seconds"].items():
             say(f"experiment: {variant}: " + ", ".join(f"{s:.2f}" for s in runs) + " s")
         say(f"experiment: the reported flags' time ÷ without them: {reported['ratio']:.2f}×")

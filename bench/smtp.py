@@ -198,10 +198,11 @@ def raw_threads_run(*, audience, connections: int, sink: Sink) -> float:
 
 
 def engine_run(*, audience, workers: int, batch_size: int, sink: Sink, idempotent: bool, out,
-               dkim: str | None = None, connections: int | None = 1, name: str = "smtp") -> float:
+               dkim: str | None = None, connections: int | None = 1, chunk: int | None = None,
+               name: str = "smtp") -> float:
     """``dkim``: an algorithm, to sign every message with the platform's key of it;
     ``connections``: each worker's (SENDER_CONNECTIONS; 1, as the raw loop it is set against;
-    None: the engine's default)."""
+    None: the engine's default); ``chunk``: SENDER_HANDOFF_CHUNK (None: the default)."""
     from bench import engine  # not at the top: the spawned workers here must not import Django
 
     sink.reset()
@@ -212,6 +213,8 @@ def engine_run(*, audience, workers: int, batch_size: int, sink: Sink, idempoten
                    DKIM_PRIVATE_KEY_FILE=str(DKIM_KEYS / DKIM[dkim]))
     if connections is not None:
         env["SENDER_CONNECTIONS"] = str(connections)
+    if chunk is not None:
+        env["SENDER_HANDOFF_CHUNK"] = str(chunk)
     seconds = engine.run(
         audience=audience, batch_size=batch_size, workers=workers, out=out,
         transport="growth.sending.transports.django_mail.DjangoMailTransport", env=env,

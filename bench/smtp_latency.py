@@ -16,7 +16,13 @@ raw client on as many connections, at every C and every delay:
   at first use, on the clock, as in production), once with a plain
   receiver (each wire takes 5-message chunks of the batch, handing each over just before it goes
   on the wire, in the commit that settles the wire's last one) and once with an idempotent one
-  (the claimed batch shared out between the C connections).
+  (the claimed batch shared out between the C connections);
+- with ``chunks`` (``--latency-chunks 20``), the engine again with a plain receiver and
+  SENDER_HANDOFF_CHUNK at each of them (``plain-20``): fewer statements on each wire, more in
+  doubt after a kill (one chunk per connection);
+- with ``loads`` (``--latency-loads 0.4,0.8``), raw smtplib again beside a ``Hog`` that keeps
+  that many cores busy (``smtplib+0.8``): whether busy cores as such slow a client that waits on
+  its sockets.
 
 The batch is ``per_connection`` × C (20 × C by default: 20 at C = 1, 640 at C = 32). A plain
 receiver's batch needs at least 5 × C rows (SENDER_HANDOFF_CHUNK) for every wire to get a chunk;
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import multiprocessing
 import os
 import threading
 import time
@@ -73,17 +80,20 @@ def plan(*, delays_ms: list[int], connections: list[int], seconds: float,
 
 
 def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per_connection: int,
-            repetitions: int, rcpt: bool, out: Path, say: Callable[[str], None]) -> dict:
+            repetitions: int, rcpt: bool, out: Path, say: Callable[[str], None],
+            chunks: list[int] = (), loads: list[float] = ()) -> dict:
     """Seconds of each contender at each point, per repetition (repetitions outermost)."""
     from bench import data, smtp
 
-    if per_connection < HANDOFF_CHUNK:
-        raise ValueError(f"a batch of fewer than {HANDOFF_CHUNK} rows per connection leaves "
-                         "wires without a chunk with a plain receiver")
+    if per_connection < max((HANDOFF_CHUNK, *chunks)):
+        raise ValueError(f"a batch of fewer than {max((HANDOFF_CHUNK, *chunks))} rows per connection "
+                         "leaves wires without a chunk with a plain receiver")
+    contenders = (*CONTENDERS, *(f"plain-{chunk}" for chunk in chunks),
+                  *(f"smtplib+{load:g}" for load in loads))
     points = plan(delays_ms=delays_ms, connections=connections, seconds=seconds,
                   per_connection=per_connection)
-    timings = {point: {name: [] for name in CONTENDERS} for point in points}
-    cpu = {point: {name: [] for name in CONTENDERS} for point in points}  # busy core-seconds
+    timings = {point: {name: [] for name in contenders} for point in points}
+    cpu = {point: {name: [] for name in contenders} for point in points}  # busy core-seconds
     with smtp.Sink() as sink, _CpuSampler() as sampler:
         for rep in range(1, repetitions + 1):
             say(f"smtp-latency: repetition {rep} of {repetitions}")
@@ -91,7 +101,7 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
                 delay = point.delay_ms / 1000
                 sink.answer_after(delay, rcpt=delay if rcpt else 0.0)
                 audience = data.audience(point.recipients)
-                for name in CONTENDERS:
+                for name in contenders:
                     timings[point][name].append(
                         _run(name, point=point, audience=audience, sink=sink, out=out))
                     cpu[point][name].append(sampler.busy_between(*_clocked_window(name)))
@@ -99,14 +109,15 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
                 per_message = {name: c[-1] / point.recipients for name, c in cpu[point].items()}
                 say(f"  {point.delay_ms:>3} ms  C {point.connections:>2}  N {point.recipients:>5}  "
                     + "  ".join(f"{name} {rate:,.0f} /s" for name, rate in rates.items())
-                    + f"  (plain {rates['plain'] / rates['smtplib']:.2f}×, "
-                      f"idempotent {rates['idempotent'] / rates['smtplib']:.2f}×)  CPU a message "
-                    + ", ".join(f"{name} {per_message[name] * 1e6:,.0f} µs" for name in CONTENDERS)
+                    + "  (" + ", ".join(f"{name} {rates[name] / rates['smtplib']:.2f}×"
+                                        for name in contenders[1:])
+                    + ")  CPU a message "
+                    + ", ".join(f"{name} {per_message[name] * 1e6:,.0f} µs" for name in contenders)
                     + "; cores busy " + ", ".join(
                         f"{cpu[point][name][-1] / timings[point][name][-1] / os.cpu_count():.0%}"
-                        for name in CONTENDERS))
+                        for name in contenders))
     return {"delays_ms": delays_ms, "connections": connections, "per_connection": per_connection,
-            "rcpt": rcpt, "seconds_target": seconds,
+            "rcpt": rcpt, "chunks": list(chunks), "loads": list(loads), "seconds_target": seconds,
             "points": [{"delay_ms": p.delay_ms, "connections": p.connections, "batch": p.batch,
                         "recipients": p.recipients, "seconds": timings[p], "cpu_seconds": cpu[p]}
                        for p in points], "cores": os.cpu_count()}
@@ -115,18 +126,56 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
 def _run(contender: str, *, point: Point, audience, sink, out: Path) -> float:
     from bench import smtp
 
-    if contender == "smtplib":
-        return smtp.raw_threads_run(audience=audience, connections=point.connections, sink=sink)
+    if contender.startswith("smtplib"):
+        _, _, load = contender.partition("+")
+        with Hog(float(load or 0)):
+            return smtp.raw_threads_run(audience=audience, connections=point.connections,
+                                        sink=sink)
+    mode, _, chunk = contender.partition("-")
     return smtp.engine_run(audience=audience, workers=1, batch_size=point.batch, sink=sink,
-                           idempotent=contender == "idempotent", out=out,
-                           connections=point.connections,
-                           name=f"latency{point.delay_ms}ms-c{point.connections}")
+                           idempotent=mode == "idempotent", out=out,
+                           connections=point.connections, chunk=int(chunk) if chunk else None,
+                           name=f"latency{point.delay_ms}ms-c{point.connections}"
+                                + (f"-chunk{chunk}" if chunk else ""))
 
 
 def _clocked_window(contender: str) -> tuple[float, float]:
     from bench import engine, smtp
 
-    return smtp.last_window if contender == "smtplib" else engine.last_window
+    return smtp.last_window if contender.startswith("smtplib") else engine.last_window
+
+
+class Hog:
+    """``cores`` of CPU kept busy by processes of their own, in 2 ms duty cycles (busy, then
+    asleep), as other work on the machine would: each process takes an equal share."""
+
+    PERIOD = 0.002
+
+    def __init__(self, cores: float) -> None:
+        self._stop = multiprocessing.Event()
+        count = math.ceil(cores)
+        self._processes = [multiprocessing.Process(target=_burn, args=(cores / count, self._stop),
+                                                   daemon=True) for _ in range(count)]
+
+    def __enter__(self) -> Hog:
+        for process in self._processes:
+            process.start()
+        time.sleep(0.3 if self._processes else 0)  # started and burning before the clock
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        for process in self._processes:
+            process.join()
+
+
+def _burn(share: float, stop) -> None:
+    busy = Hog.PERIOD * share
+    while not stop.is_set():
+        started = time.perf_counter()
+        while time.perf_counter() - started < busy:
+            pass
+        time.sleep(Hog.PERIOD - busy)
 
 
 class _CpuSampler:
