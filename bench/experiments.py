@@ -20,7 +20,7 @@ import statistics
 
 from django.db import connection
 
-from bench import ceiling, data, engine
+from bench import ceiling, data, engine, hotspots
 
 KEPT = ["growth_sends_pkey", "send_queued", "send_queued_by_campaign"]  # what the claim needs
 
@@ -80,24 +80,23 @@ def reported(*, audience, batch_size: int, repetitions: int, out, say=print) -> 
     """{"seconds": {variant: [run, ...]}, "ratio": median with ÷ median without}."""
     with_flags = _tally_function("0017_reported_sends", "REPORTED")
     before = _tally_function("0015_send_tallies", "TALLIES")
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT indexname, indexdef FROM pg_indexes "
-                       "WHERE tablename = 'growth_sends' AND indexname = ANY(%s)", [REPORTED_INDEXES])
-        indexes = dict(cursor.fetchall())
+    indexes = {name: create for name, create in hotspots.indexes() if name in REPORTED_INDEXES}
     assert sorted(indexes) == sorted(REPORTED_INDEXES), f"migration 0018 not applied: {indexes}"
+    dropped: set[str] = set()
 
     def as_migrated() -> None:
         with connection.cursor() as cursor:
             cursor.execute(with_flags)
-            for name, create in indexes.items():
-                cursor.execute(f"DROP INDEX IF EXISTS {name}")
-                cursor.execute(create)
+            for name in sorted(dropped):
+                cursor.execute(indexes[name])
+        dropped.clear()
 
     def as_before() -> None:
         with connection.cursor() as cursor:
             cursor.execute(before)
-            for name in indexes:
-                cursor.execute(f"DROP INDEX IF EXISTS {name}")
+            for name in indexes.keys() - dropped:
+                cursor.execute(f"DROP INDEX {name}")
+        dropped.update(indexes)
 
     variants = {"as migrated (0017-0018)": as_migrated, "before (0015's tallies, no 0018)": as_before}
     seconds: dict[str, list[float]] = {name: [] for name in variants}

@@ -20,6 +20,7 @@ DATABASE = os.environ.get("BENCH_DATABASE", "zylior_bench")  # another name: run
 FAMILIES = ["ceiling", "minimal", "engine", "peers", "smtp", "build", "memory", "admin", "export", "profile",
             "pacing", "smtp-latency"]
 OPT_IN = ["experiments", "directions", "huge", "tallies"]  # only with --only
+EXPERIMENTS = ["indexes", "reported"]  # bench/experiments.py
 QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000, "dkim_recipients": 1_000,
          "build_subscribers": 100_000, "memory_sizes": "5000,50000", "admin_sends": 100_000,
          "export_sizes": "10000,100000", "pacing_seconds": 20.0, "pacing_sizes": "10000,100000"}
@@ -27,6 +28,10 @@ QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000, "d
 
 def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(part) for part in text.split(",") if part.strip()]
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -70,7 +75,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--admin-sends", type=int, help="sends of the admin's campaign (1,000,000)")
     parser.add_argument("--export-sizes", help="recipients of the exported campaigns (10000,1000000)")
     parser.add_argument("--profile-batch", type=int, default=500)
-    parser.add_argument("--experiments", default="indexes,reported",
+    parser.add_argument("--experiments", default=",".join(EXPERIMENTS),
                         help="experiments: which of them (bench/experiments.py)")
     parser.add_argument("--pacing-limit", type=float, default=20.0,
                         help="messages/s the throttling receiver takes for Gmail (20)")
@@ -262,7 +267,7 @@ def _smtp_latency(args) -> dict:
         repetitions=args.latency_repetitions or (1 if args.quick else args.repetitions),
         per_connection=args.latency_batch, rcpt=args.latency_rcpt, out=args.out, say=say,
         chunks=_ints(args.latency_chunks),
-        loads=[float(part) for part in args.latency_loads.split(",") if part.strip()])
+        loads=_floats(args.latency_loads))
 
 
 def _build(args) -> dict:
@@ -412,8 +417,11 @@ def _pacing(args) -> dict:
 def _experiments(args) -> dict:
     from bench import data, experiments
 
-    audience = data.audience(args.recipients)
     which = args.experiments.split(",")
+    if unknown := set(which) - set(EXPERIMENTS):
+        raise SystemExit(f"--experiments: no experiment {', '.join(sorted(unknown))} "
+                         f"(there are {', '.join(EXPERIMENTS)})")
+    audience = data.audience(args.recipients)
     results = {}
     if "indexes" in which:
         results["indexes"] = experiments.indexes(audience=audience, batch_size=args.profile_batch,
