@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+import subprocess
+import sys
+
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from growth.managers import campaigns, feedback, sends, suppressions
-from growth.managers.queries import Queries, load
+from growth.managers.queries import Prepared, Queries, load
+from growth.models import Send
+from growth.sending.transports import Outcome
+from tests.helpers import subprocess_env
+from tests.scenarios import sending_campaign
 
 
 def write(tmp_path, text):
@@ -98,3 +106,90 @@ def test_inside_a_transaction_the_caller_keeps_its_durability(tmp_path):
     with transaction.atomic():
         assert _setting_in_statement(tmp_path, wait_for_flush=False) == "on"
         assert _setting_in_statement(tmp_path) == "on"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("prepared", [True, False])
+def test_statements_run_together_may_commit_without_waiting_for_the_disk(tmp_path, settings,
+                                                                         prepared):
+    settings.DATABASE_PREPARED_STATEMENTS = prepared
+    queries = Queries(write(tmp_path, "-- setting --\n"
+                                      "SELECT current_setting('synchronous_commit') AS s;"))
+    (rows,) = queries.together(("setting", {}), wait_for_flush=False)
+    assert rows == [{"s": "off"}]
+    assert queries.together(("setting", {})) == [[{"s": "on"}]]
+
+
+def test_a_prepared_block_numbers_its_parameters_by_first_use_and_leaves_its_settings_out():
+    prepared = Prepared.of("growth_q_x", "SET LOCAL enable_nestloop = off;\n"
+                                         "SELECT %(b)s, %(a)s, %(b)s, 10 %% 3")
+    assert prepared.name.startswith("growth_q_x_")
+    assert prepared.definition == f"PREPARE {prepared.name} AS SELECT $1, $2, $1, 10 % 3"
+    assert prepared.execute == f"EXECUTE {prepared.name}(%(b)s, %(a)s)"
+    other = Prepared.of("growth_q_x", "SELECT 1")  # same name, another text: another statement
+    assert other.execute == f"EXECUTE {other.name}" and other.name != prepared.name
+
+
+def _chunks_on_a_wire(campaign, count: int) -> dict[int, str]:
+    """What a wire does: hand over a chunk, then settle it with the next one's hand-over."""
+    claimed = Send.objects.claim(worker_id="w", batch_size=count, lease=60)
+    attempts = {row.id: row.attempts for row in claimed}
+    ids = [row.id for row in claimed]
+    handed = Send.objects.hand_over(ids[:1], worker_id="w")
+    for previous, current in itertools.pairwise(ids):
+        settled, now_handed = Send.objects.settle_and_hand_over(
+            [Outcome(previous, Outcome.SENT)], [current], campaign_id=campaign.id,
+            worker_id="w", attempts=attempts, retry_for=60, backoff_base=1.0, backoff_max=1.0)
+        assert settled == {previous: "sent"}
+        handed |= now_handed
+    Send.objects.settle([Outcome(ids[-1], Outcome.SENT)], campaign_id=campaign.id,
+                        worker_id="w", attempts=attempts, retry_for=60, backoff_base=1.0,
+                        backoff_max=1.0)
+    return handed
+
+
+def _prepared_here() -> dict[str, tuple[int, int]]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, generic_plans, custom_plans FROM pg_prepared_statements")
+        return {name.rsplit("_", 1)[0]: (generic, custom)  # less its text's hash
+                for name, generic, custom in cursor.fetchall()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_wire_statements_are_prepared_once_per_connection_and_planned_once(settings):
+    settings.DATABASE_PREPARED_STATEMENTS = True
+    campaign = sending_campaign(count=6)
+    connection.close()  # a connection of its own: nothing prepared on it yet
+    assert set(_chunks_on_a_wire(campaign, 3).values()) == {"sending"}
+    plans = _prepared_here()
+    assert set(plans) == {"growth_sends_hand_over", "growth_sends_settle"}
+    assert plans["growth_sends_hand_over"] == (3, 0)  # one generic plan, used 3 times
+    assert plans["growth_sends_settle"] == (3, 0)
+    connection.close()  # a new connection prepares them again
+    assert set(_chunks_on_a_wire(campaign, 3).values()) == {"sending"}
+    assert _prepared_here() == plans
+    assert Send.objects.filter(status="sent").count() == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_setting_off_nothing_is_prepared(settings):
+    settings.DATABASE_PREPARED_STATEMENTS = False
+    campaign = sending_campaign(count=3)
+    connection.close()
+    assert set(_chunks_on_a_wire(campaign, 3).values()) == {"sending"}
+    assert _prepared_here() == {}
+    assert Send.objects.filter(status="sent").count() == 3
+
+
+@pytest.mark.parametrize(("pool_mode", "asked", "prepared"), [
+    ("session", "", "True"), ("session", "false", "False"), ("transaction", "true", "False")])
+def test_behind_transaction_pooling_nothing_is_ever_prepared(pool_mode, asked, prepared):
+    env = subprocess_env(DATABASE_POOL_MODE=pool_mode, DATABASE_PREPARED_STATEMENTS=asked)
+    if not asked:
+        del env["DATABASE_PREPARED_STATEMENTS"]
+    shown = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; "
+                               "print(settings.DATABASE_PREPARED_STATEMENTS)"],
+        env={**env, "DJANGO_SETTINGS_MODULE": "zylior.settings"}, capture_output=True,
+        text=True, check=True)
+    assert shown.stdout.strip() == prepared

@@ -16,6 +16,12 @@ from tests.scenarios import sending_campaign, statuses
 POLICY = {"retry_for": 3600, "backoff_base": 30.0, "backoff_max": 3600.0}
 
 
+def sent_statements(queries) -> list[str]:
+    """The statements that went to the server, less the PREPARE a statement's first use on a
+    connection sends before it (once)."""
+    return [query["sql"] for query in queries if not query["sql"].startswith("PREPARE ")]
+
+
 def settle(outcomes, worker_id="w", attempts=None, campaign_id=None):
     """Settle as the claim's holder would; ``attempts`` and ``campaign_id`` default to the rows'
     current ones."""
@@ -48,7 +54,7 @@ def test_a_whole_batch_settles_in_one_statement():
                          Outcome(c.id, Outcome.PERMANENT, error="550 no such user")],
                         attempts={row.id: row.attempts for row in (a, b, c)},
                         campaign_id=campaign.id)
-    assert len(queries) == 1
+    assert len(sent_statements(queries)) == 1
     assert result == {a.id: "sent", b.id: "queued", c.id: "failed"}
     sent, retry, failed = Send.objects.filter(campaign=campaign).order_by("id")
     assert sent.sent_at and sent.provider_message_id == "<m1@x>" and sent.lease_expires_at is None
@@ -69,7 +75,7 @@ def test_a_wire_settles_its_last_chunk_and_hands_over_its_next_in_one_round_trip
             [Outcome(a.id, Outcome.SENT, provider_message_id="<m1@x>")], [b.id, c.id],
             campaign_id=campaign.id, worker_id="w",
             attempts={row.id: row.attempts for row in (a, b, c)}, **POLICY)
-    assert len(queries) == 1
+    assert len(sent_statements(queries)) == 1
     assert settled == {a.id: "sent"} and handed == {b.id: "sending", c.id: "suppressed"}
     assert statuses(campaign) == {"sent": 1, "sending": 1, "suppressed": 1}
     assert Send.objects.get(id=b.id).handed_over_at is not None

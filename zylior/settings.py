@@ -98,6 +98,10 @@ DATABASE_POOL_MODE = env.str("DATABASE_POOL_MODE", default="session")
 if DATABASE_POOL_MODE == "transaction":
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
+# The statements a worker runs for every chunk on its wires, prepared once per connection (see
+# growth.managers.queries). Session state: never behind PgBouncer's transaction pooling.
+DATABASE_PREPARED_STATEMENTS = (DATABASE_POOL_MODE != "transaction"
+                                and env.bool("DATABASE_PREPARED_STATEMENTS", default=True))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))

@@ -169,7 +169,7 @@ class SendManager(models.Manager):
         Rows no longer ours are absent: they must not be sent. Its commit waits for the disk:
         were it lost, a row that went out would look never handed over, and be sent again.
         """
-        rows = QUERIES.rows("hand_over", ids=list(send_ids), worker_id=worker_id)
+        (rows,) = QUERIES.together(("hand_over", {"ids": list(send_ids), "worker_id": worker_id}))
         return {row["id"]: row["status"] for row in rows}
 
     def blocked(self, send_ids: Sequence[int]) -> list[int]:
@@ -192,10 +192,10 @@ class SendManager(models.Manager):
         # Not waiting for the disk: a settle lost in a database crash leaves its rows 'sending'
         # under a lease, and lease expiry treats them as after a worker's crash (queued again
         # for an idempotent receiver, 'unknown' for a plain one): never dropped, never resent.
-        rows = QUERIES.rows("settle", wait_for_flush=False, **_settle_params(
+        (rows,) = QUERIES.together(("settle", _settle_params(
             outcomes, campaign_id=campaign_id, worker_id=worker_id, attempts=attempts,
             retry_for=retry_for, backoff_base=backoff_base, backoff_max=backoff_max,
-            throttle_delay=throttle_delay))
+            throttle_delay=throttle_delay)), wait_for_flush=False)
         return {row["id"]: row["status"] for row in rows}
 
     def settle_and_hand_over(self, outcomes: Sequence[Outcome], hand_over: Sequence[int], *,
