@@ -9,8 +9,10 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from growth.managers.sends import QUERIES
+from growth.managers.queries import split_settings
+from growth.managers.sends import QUERIES, _settle_params
 from growth.models import Campaign, Send, Subscriber, Suppression
+from growth.sending.transports import Outcome
 from tests.helpers import concurrently
 from tests.scenarios import sending_campaign, statuses
 
@@ -139,6 +141,40 @@ def test_a_campaigns_claim_does_not_read_an_older_campaigns_queued_rows(statemen
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES[statement], params)
         (plan,), = cursor.fetchall()
     assert _rows_read(plan[0]["Plan"], "growth_sends") <= 1000  # 20 claimed, not 4,000 passed
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("prepared", [False, True])
+@pytest.mark.parametrize("statement", ["hand_over", "settle"])
+def test_a_wire_statement_reads_its_rows_by_primary_key_whatever_else_is_on_the_wire(
+        statement, prepared):
+    """The statistics were taken before the send, when no row was on the wire, as they usually
+    are. The partial index of leased rows then looked empty to the planner, which read every
+    row on the wire (every worker's) to find a hand-over's five; prepared, its generic plan would
+    do so on every call."""
+    campaign = sending_campaign(count=3000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE growth_sends")
+    Send.objects.claim(worker_id="others", batch_size=2500, lease=60, campaign_id=campaign.id)
+    chunk = Send.objects.claim(worker_id="w", batch_size=5, lease=60, campaign_id=campaign.id)
+    if statement == "hand_over":
+        params = {"ids": [row.id for row in chunk], "worker_id": "w"}
+    else:
+        Send.objects.hand_over([row.id for row in chunk], worker_id="w")
+        params = _settle_params([Outcome(row.id, Outcome.SENT) for row in chunk],
+                                campaign_id=campaign.id, worker_id="w",
+                                attempts={row.id: row.attempts for row in chunk}, retry_for=60,
+                                backoff_base=1.0, backoff_max=1.0, throttle_delay=1.0)
+    with connection.cursor() as cursor:
+        settings, text = split_settings(QUERIES[statement])
+        if settings:
+            cursor.execute(settings)
+        if prepared:
+            text = QUERIES.prepare(statement, cursor).execute
+            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text, params)
+        (plan,), = cursor.fetchall()
+    assert _rows_read(plan[0]["Plan"], "growth_sends") <= 20  # 5 twice, not 2,500 passed
 
 
 def _rows_read(node: dict, table: str) -> int:

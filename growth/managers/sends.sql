@@ -316,8 +316,12 @@ UPDATE growth_sends s
                                ELSE s.updated_at END
  WHERE s.id = ANY(%(ids)s)
    -- in the UPDATE itself: if a recovery moved the row after the statement's snapshot,
-   -- PostgreSQL re-checks these conditions on the row's new version and leaves it alone
-   AND s.status = 'sending'
+   -- PostgreSQL re-checks these conditions on the row's new version and leaves it alone.
+   -- COLLATE "C" (the same test: equality compares bytes in every deterministic collation)
+   -- keeps send_leased's predicate from matching it: with statistics taken while nothing was
+   -- on the wire, that index looked empty, and the planner read every worker's rows on the
+   -- wire to find these (2,500 rows passed for 5 in the plan test)
+   AND s.status = 'sending' COLLATE "C"
    AND s.claimed_by = %(worker_id)s
 RETURNING s.id, s.status;
 
