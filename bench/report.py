@@ -405,6 +405,10 @@ def _smtp_latency(latency: dict) -> list[str]:
         out += _latency_variant(latency, f"plain-{chunk}", "raw",
                                 f"Plain receiver with SENDER_HANDOFF_CHUNK={chunk} (a kill leaves up "
                                 f"to {chunk} messages a connection in doubt)")
+    if latency.get("unprepared"):
+        out += _latency_variant(latency, "plain-unprepared", "raw",
+                                "Plain receiver with DATABASE_PREPARED_STATEMENTS off (each "
+                                "statement on the wires parsed and planned on every call)")
     for load in latency.get("loads") or ():
         out += _latency_variant(latency, f"smtplib+{load:g}", "of itself alone",
                                 f"Raw smtplib beside a process keeping {load:g} cores busy")

@@ -67,6 +67,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-loads", default="",
                         help="smtp-latency: raw smtplib again beside a process keeping this many "
                              "cores busy (e.g. 0.4,0.8,1.2)")
+    parser.add_argument("--latency-unprepared", action="store_true",
+                        help="smtp-latency: the plain receiver again with "
+                             "DATABASE_PREPARED_STATEMENTS off (plain-unprepared)")
     parser.add_argument("--latency-rcpt", action="store_true",
                         help="smtp-latency: delay each RCPT's reply too")
     parser.add_argument("--build-subscribers", type=int, help="the build's account (1,000,000)")
@@ -267,7 +270,7 @@ def _smtp_latency(args) -> dict:
         repetitions=args.latency_repetitions or (1 if args.quick else args.repetitions),
         per_connection=args.latency_batch, rcpt=args.latency_rcpt, out=args.out, say=say,
         chunks=_ints(args.latency_chunks),
-        loads=_floats(args.latency_loads))
+        loads=_floats(args.latency_loads), unprepared=args.latency_unprepared)
 
 
 def _build(args) -> dict:

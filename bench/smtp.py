@@ -199,15 +199,17 @@ def raw_threads_run(*, audience, connections: int, sink: Sink) -> float:
 
 def engine_run(*, audience, workers: int, batch_size: int, sink: Sink, idempotent: bool, out,
                dkim: str | None = None, connections: int | None = 1, chunk: int | None = None,
-               name: str = "smtp") -> float:
+               prepared: bool = True, name: str = "smtp") -> float:
     """``dkim``: an algorithm, to sign every message with the platform's key of it;
     ``connections``: each worker's (SENDER_CONNECTIONS; 1, as the raw loop it is set against;
-    None: the engine's default); ``chunk``: SENDER_HANDOFF_CHUNK (None: the default)."""
+    None: the engine's default); ``chunk``: SENDER_HANDOFF_CHUNK (None: the default);
+    ``prepared``: DATABASE_PREPARED_STATEMENTS, whatever the caller's environment says."""
     from bench import engine  # not at the top: the spawned workers here must not import Django
 
     sink.reset()
     env = {"EMAIL_URL": sink.url, "SENDER_IDEMPOTENT_TRANSPORT": str(idempotent).lower(),
-           "DKIM_DOMAIN": ""}  # unsigned unless asked, whatever the caller's environment says
+           "DKIM_DOMAIN": "",  # unsigned unless asked, whatever the caller's environment says
+           "DATABASE_PREPARED_STATEMENTS": str(prepared).lower()}
     if dkim:
         env.update(DKIM_DOMAIN="bench.example", DKIM_SELECTOR="bench", DKIM_ALGORITHM=dkim,
                    DKIM_PRIVATE_KEY_FILE=str(DKIM_KEYS / DKIM[dkim]))

@@ -20,6 +20,9 @@ raw client on as many connections, at every C and every delay:
 - with ``chunks`` (``--latency-chunks 20``), the engine again with a plain receiver and
   SENDER_HANDOFF_CHUNK at each of them (``plain-20``): fewer statements on each wire, more in
   doubt after a kill (one chunk per connection);
+- with ``unprepared`` (``--latency-unprepared``), the engine again with a plain receiver and
+  DATABASE_PREPARED_STATEMENTS off (``plain-unprepared``): its statements on the wires parsed and
+  planned by PostgreSQL on every call, as before they were prepared;
 - with ``loads`` (``--latency-loads 0.4,0.8``), raw smtplib again beside a ``Hog`` that keeps
   that many cores busy (``smtplib+0.8``): whether busy cores as such slow a client that waits on
   its sockets.
@@ -81,7 +84,7 @@ def plan(*, delays_ms: list[int], connections: list[int], seconds: float,
 
 def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per_connection: int,
             repetitions: int, rcpt: bool, out: Path, say: Callable[[str], None],
-            chunks: list[int] = (), loads: list[float] = ()) -> dict:
+            chunks: list[int] = (), loads: list[float] = (), unprepared: bool = False) -> dict:
     """Seconds of each contender at each point, per repetition (repetitions outermost)."""
     from bench import data, smtp
 
@@ -89,6 +92,7 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
         raise ValueError(f"a batch of fewer than {max((HANDOFF_CHUNK, *chunks))} rows per connection "
                          "leaves wires without a chunk with a plain receiver")
     contenders = (*CONTENDERS, *(f"plain-{chunk}" for chunk in chunks),
+                  *(["plain-unprepared"] if unprepared else []),
                   *(f"smtplib+{load:g}" for load in loads))
     points = plan(delays_ms=delays_ms, connections=connections, seconds=seconds,
                   per_connection=per_connection)
@@ -117,7 +121,8 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
                         f"{cpu[point][name][-1] / timings[point][name][-1] / os.cpu_count():.0%}"
                         for name in contenders))
     return {"delays_ms": delays_ms, "connections": connections, "per_connection": per_connection,
-            "rcpt": rcpt, "chunks": list(chunks), "loads": list(loads), "seconds_target": seconds,
+            "rcpt": rcpt, "chunks": list(chunks), "loads": list(loads), "unprepared": unprepared,
+            "seconds_target": seconds,
             "points": [{"delay_ms": p.delay_ms, "connections": p.connections, "batch": p.batch,
                         "recipients": p.recipients, "seconds": timings[p], "cpu_seconds": cpu[p]}
                        for p in points], "cores": os.cpu_count()}
@@ -131,12 +136,15 @@ def _run(contender: str, *, point: Point, audience, sink, out: Path) -> float:
         with Hog(float(load or 0)):
             return smtp.raw_threads_run(audience=audience, connections=point.connections,
                                         sink=sink)
-    mode, _, chunk = contender.partition("-")
+    mode, _, variant = contender.partition("-")
+    chunk = int(variant) if variant.isdigit() else None
     return smtp.engine_run(audience=audience, workers=1, batch_size=point.batch, sink=sink,
                            idempotent=mode == "idempotent", out=out,
-                           connections=point.connections, chunk=int(chunk) if chunk else None,
+                           connections=point.connections, chunk=chunk,
+                           prepared=variant != "unprepared",
                            name=f"latency{point.delay_ms}ms-c{point.connections}"
-                                + (f"-chunk{chunk}" if chunk else ""))
+                                + (f"-chunk{chunk}" if chunk else "")
+                                + ("-unprepared" if variant == "unprepared" else ""))
 
 
 def _clocked_window(contender: str) -> tuple[float, float]:

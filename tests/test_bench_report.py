@@ -203,14 +203,17 @@ def test_the_next_campaign_beside_a_finished_big_one_and_what_the_tallies_cost()
 def test_further_contenders_of_the_latency_family_and_the_reported_flags_experiment():
     point = {"delay_ms": 20, "connections": 32, "batch": 640, "recipients": 2560,
              "seconds": {"smtplib": [2.0, 2.0], "plain": [4.0, 4.0], "idempotent": [2.5, 2.5],
-                         "plain-20": [2.5, 2.5], "smtplib+0.8": [2.0, 2.5, 2.5]}}
+                         "plain-20": [2.5, 2.5], "smtplib+0.8": [2.0, 2.5, 2.5],
+                         "plain-unprepared": [5.0, 5.0]}}
     results = {**RESULTS, "smtp_latency": {**RESULTS["smtp_latency"], "points": [point],
-                                           "chunks": [20], "loads": [0.8]},
+                                           "chunks": [20], "loads": [0.8], "unprepared": True},
                "experiments": {"reported": {"seconds": {"with": [10.0, 12.0], "without": [11.0, 11.0]},
                                             "ratio": 1.0}}}
     text = report.markdown(results)
     assert ("Plain receiver with SENDER_HANDOFF_CHUNK=20 (a kill leaves up to 20 messages a "
             "connection in doubt): 20 ms, C = 32: 1,024 /s, 0.80× raw") in text
+    assert ("Plain receiver with DATABASE_PREPARED_STATEMENTS off (each statement on the wires "
+            "parsed and planned on every call): 20 ms, C = 32: 512 /s, 0.40× raw") in text
     assert ("Raw smtplib beside a process keeping 0.8 cores busy: 20 ms, C = 32: 1,024 (±12%) /s, "
             "0.80× of itself alone") in text
     assert "with: 10.00, 12.00 s; without: 11.00, 11.00 s; median ÷ median **1.00×**" in text
