@@ -149,9 +149,10 @@ def test_a_campaigns_claim_does_not_read_an_older_campaigns_queued_rows(statemen
 def test_a_wire_statement_reads_its_rows_by_primary_key_whatever_else_is_on_the_wire(
         statement, prepared):
     """The statistics were taken before the send, when no row was on the wire, as they usually
-    are. The partial index of leased rows then looked empty to the planner, which read every
-    row on the wire (every worker's) to find a hand-over's five; prepared, its generic plan would
-    do so on every call."""
+    are. Rows on the wire then looked rare to the planner, which read all of them (every
+    worker's) to find a chunk's five: the hand-over through send_leased, and on PostgreSQL 18
+    the settle by a skip scan of send_campaign_status; prepared, a generic plan would do so on
+    every call."""
     campaign = sending_campaign(count=3000)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE growth_sends")

@@ -387,7 +387,10 @@ UPDATE growth_sends s
    AND s.campaign_id = c.id
    AND s.claimed_by = %(worker_id)s
    AND s.attempts = r.attempt
-   AND (s.status = 'sending' OR (s.status = 'unknown' AND r.outcome = 'sent'))
+   -- COLLATE "C" as in hand_over: PostgreSQL 18 drew status IN ('sending', 'unknown') out of
+   -- this OR and skip-scanned send_campaign_status for it, past every worker's rows on the wire
+   AND (s.status = 'sending' COLLATE "C"
+        OR (s.status = 'unknown' COLLATE "C" AND r.outcome = 'sent'))
 RETURNING s.id, s.status;
 
 -- lock_campaigns_of_expired --
