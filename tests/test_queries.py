@@ -126,6 +126,7 @@ def test_a_prepared_block_numbers_its_parameters_by_first_use_and_leaves_its_set
     assert prepared.name.startswith("growth_q_x_")
     assert prepared.definition == f"PREPARE {prepared.name} AS SELECT $1, $2, $1, 10 % 3"
     assert prepared.execute == f"EXECUTE {prepared.name}(%(b)s, %(a)s)"
+    assert prepared.set_locals == "SET LOCAL enable_nestloop = off;\n"  # sent before each call
     other = Prepared.of("growth_q_x", "SELECT 1")  # same name, another text: another statement
     assert other.execute == f"EXECUTE {other.name}" and other.name != prepared.name
 

@@ -144,8 +144,8 @@ class Queries:
             text = "".join(lead)
             for n, (name, params) in enumerate(calls):
                 if prepared:
-                    set_locals, _ = split_settings(self.statements[name])
-                    statement = set_locals + self.prepare(name, cursor).execute
+                    call = self.prepare(name, cursor)
+                    statement = call.set_locals + call.execute
                 else:
                     statement = self.statements[name]
                 text += (";\n" if n else "") + cursor.mogrify(statement, params)
@@ -191,11 +191,13 @@ class Queries:
 @dataclass(frozen=True)
 class Prepared:
     """A block as a prepared statement: its definition (PREPARE, parameters numbered in order of
-    first use, SET LOCALs left out) and its call (EXECUTE, the parameters by name)."""
+    first use, SET LOCALs left out), its call (EXECUTE, the parameters by name) and the SET
+    LOCALs to send before each call."""
 
     name: str
     definition: str
     execute: str
+    set_locals: str = ""
 
     @classmethod
     def of(cls, name: str, statement: str) -> Prepared:
@@ -208,12 +210,13 @@ class Prepared:
                 order.append(placeholder[1])
             return f"${order.index(placeholder[1]) + 1}"
 
-        body = _PLACEHOLDER.sub(number, split_settings(statement)[1])
+        set_locals, rest = split_settings(statement)
+        body = _PLACEHOLDER.sub(number, rest)
         # named by its text too: two files' blocks of one name, or two versions of a block, never
         # take each other's place on a connection
         name = f"{name}_{hashlib.blake2s(body.encode(), digest_size=4).hexdigest()}"
         arguments = f"({', '.join(f'%({param})s' for param in order)})" if order else ""
-        return cls(name, f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}")
+        return cls(name, f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}", set_locals)
 
 
 def split_settings(statement: str) -> tuple[str, str]:
