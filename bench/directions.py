@@ -13,7 +13,8 @@ same checks, changed only where the shape changes them (``bench/directions.sql``
      ``lease_id = <lease>``, on statistics where no row has it): ~70–100 ms instead of ~8 per
      batch. Every direction below settles that way too, and claims through (campaign_id, id) by
      a row comparison as sends.sql's claim does, so that they compare table shapes, not plans.
-  b  as is without ``send_leased`` and ``send_queued``
+  b  as is without ``send_leased`` (once also without ``send_queued``, an index since replaced
+     by ``send_queued_by_campaign``, which the claim needs)
   c  the columns a claim or settle writes (status, attempts, lease, claimed_by, hand-over and
      attempt times, next attempt, sent_at, last error, provider id, updated_at) in a narrow table
      ``dir_state`` (one row per send, keyed by the send's id) with the indexes that read them;
@@ -25,6 +26,17 @@ same checks, changed only where the shape changes them (``bench/directions.sql``
      fills lease_id, handed_over_at, first_attempt_at and claimed_by: each version is larger than
      the one it replaces, and none of the claim's own old versions can be pruned before it
      commits), so some are not HOT
+  g  a lease per batch behind a cursor: the claim writes no send row. The campaign's cursor
+     (``dir_cursors``, one row, locked by each claim for its few milliseconds) moves past the
+     next batch of queued rows and one ``dir_leases`` row names them; the opt-out check is a
+     read. The settle ends the lease (a DELETE that only its own worker's lease matches: one
+     taken over is no longer ours, and then nothing is written) and writes each row once, with
+     the attempt and the hand-over's times the claim did not write. One row version a
+     recipient instead of two
+  h  g where no index reads a row's state (``STATE_INDEXES`` not copied: the primary key and
+     the two uniquenesses are left; the claim walks the primary key), fillfactor 30: the
+     settle's one row version is HOT. An upper bound for the shape: the sends list's filters,
+     recovery, the provider id's lookup and the reputation figures would need another home
 
 Every repetition times each direction as the ceiling is timed (one process per worker, a bare
 psycopg loop of claim then settle, one autocommit statement each, committing without waiting for
@@ -70,8 +82,14 @@ PLAN_FIX = "SET LOCAL enable_nestloop = off;\n"  # the settle's join: a hash, ne
 HOT_COLUMNS = ["status", "attempts", "lease_expires_at", "handed_over_at", "claimed_by",
                "next_attempt_at", "provider_message_id", "last_error", "sent_at", "updated_at",
                "first_attempt_at"]
-TABLES = ["dir_state", "dir_wide", "dir_sends", "dir_leases"]
+TABLES = ["dir_state", "dir_wide", "dir_sends", "dir_leases", "dir_cursors"]
 NO_NESTLOOP = "engine, enable_nestloop off"
+# every index of growth_sends whose key or condition reads a column a settle writes (status,
+# sent_at, the lease, the next attempt, the provider's id, updated_at): with any of them a
+# settle's row version cannot be HOT. What is left: the primary key and the two uniquenesses.
+STATE_INDEXES = ("send_leased", "send_backoff", "send_queued_by_campaign", "send_campaign_status",
+                 "send_queued_by_destination", "send_provider_message_id", "send_hard_refused",
+                 "send_bounced_unsent", "send_complained_unsent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +100,8 @@ class Direction:
     fillfactor: int = 100  # of the table the claim writes
     without: tuple[str, ...] = ()  # growth_sends indexes not copied
     plan_fix: bool = True  # the settle planned with a hash join (see the module's docstring)
+    cursor: bool = False  # a lease per batch behind a cursor: the claim writes no send row
+    by_id: bool = False  # with cursor: the claim walks the primary key (no index on status)
 
     @property
     def tables(self) -> list[str]:
@@ -90,6 +110,8 @@ class Direction:
     @property
     def statements(self) -> tuple[str, str]:
         """The names of its (claim, settle) in :func:`statements`."""
+        if self.cursor:
+            return ("claim_cursor_by_id" if self.by_id else "claim_cursor", "settle_cursor")
         if self.split:
             return ("claim_state_lease", "settle_state_lease") if self.lease else ("claim_state",
                                                                                    "settle_state")
@@ -99,12 +121,15 @@ class Direction:
 DIRECTIONS = {
     "v": Direction("as is, the engine's settle as planned", plan_fix=False),
     "a": Direction("as is"),
-    "b": Direction("without send_leased, send_queued", without=("send_leased", "send_queued")),
+    "b": Direction("without send_leased", without=("send_leased",)),
     "c": Direction("hot columns in a narrow table", split=True),
     "d": Direction("a lease per batch, HOT claim (fillfactor 50)", lease=True, fillfactor=50),
     "e": Direction("c + d", split=True, lease=True, fillfactor=50),
     "f": Direction("c + d, fillfactor 30 (room for every claim to be HOT)", split=True, lease=True,
                    fillfactor=30),
+    "g": Direction("a lease per batch behind a cursor: one write per recipient", cursor=True),
+    "h": Direction("g, and no index reads a row's state: a HOT settle (fillfactor 30)",
+                   cursor=True, by_id=True, fillfactor=30, without=STATE_INDEXES),
 }
 
 
@@ -121,7 +146,8 @@ def statements() -> dict[str, str]:
             "settle": re.sub(r"\bgrowth_sends\b", "dir_sends", loaded["settle"]),
             **{name: loaded[name] for name in ("claim_state", "settle_state", "claim_lease",
                                                "settle_lease", "claim_state_lease",
-                                               "settle_state_lease")}}
+                                               "settle_state_lease", "claim_cursor",
+                                               "claim_cursor_by_id", "settle_cursor")}}
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -162,7 +188,11 @@ def create(direction: Direction) -> list[str]:
     ddl = [drop, "CREATE TABLE dir_leases (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
                  "campaign_id bigint NOT NULL, worker_id varchar(200) NOT NULL, "
                  "expires_at timestamptz NOT NULL, send_ids bigint[] NOT NULL)"]
-    indexes = [(n, d) for n, d in _indexes() if n not in direction.without]
+    found = _indexes()
+    unknown = set(direction.without) - {name for name, _ in found}
+    if unknown:  # a renamed index would be silently kept, and the direction measure nothing
+        raise ValueError(f"growth_sends has no index {', '.join(sorted(unknown))}")
+    indexes = [(n, d) for n, d in found if n not in direction.without]
     if not direction.split:
         ddl.append("CREATE TABLE dir_sends (LIKE growth_sends INCLUDING ALL EXCLUDING INDEXES) "
                    f"WITH (fillfactor = {direction.fillfactor})")
@@ -183,6 +213,8 @@ def create(direction: Direction) -> list[str]:
         ddl.append("ALTER TABLE dir_state ADD FOREIGN KEY (send_id) REFERENCES dir_wide (id)")
     if direction.lease:
         ddl.append(f"ALTER TABLE {direction.tables[-1]} ADD COLUMN lease_id bigint")
+    ddl.append("CREATE TABLE dir_cursors (campaign_id bigint PRIMARY KEY, "
+               "claimed_to bigint NOT NULL DEFAULT 0)")
     return ddl
 
 
@@ -205,8 +237,9 @@ def fill(direction: Direction, campaign_id: int) -> float:
                            "WHERE campaign_id = %s", [campaign_id])
             cursor.execute(f"INSERT INTO dir_state (send_id, {state}) SELECT id, {state} "
                            "FROM growth_sends WHERE campaign_id = %s", [campaign_id])
+        cursor.execute("INSERT INTO dir_cursors (campaign_id) VALUES (%s)", [campaign_id])
         seconds = time.perf_counter() - started
-        for table in ["dir_leases", *direction.tables]:
+        for table in ["dir_leases", "dir_cursors", *direction.tables]:
             cursor.execute(f"VACUUM ANALYZE {table}")
     return seconds
 
@@ -224,7 +257,13 @@ def _settle_params(direction: Direction, rows: list[dict], campaign_id: int, wor
               "campaign_id": campaign_id, "outcomes": ["sent"] * len(ids),
               "provider_ids": ["null"] * len(ids), "errors": [""] * len(ids),
               "retry_afters": [None] * len(ids), "worker_id": worker_id, **SETTLE_POLICY}
-    if direction.lease:
+    if direction.cursor:  # the suppressed rows are written by the settle too
+        ids = [row["id"] for row in rows]
+        params.update(ids=ids, attempts=[row["attempts"] for row in rows],
+                      outcomes=["sent" if row["status"] == "sending" else "suppressed" for row in rows],
+                      provider_ids=["null"] * len(ids), errors=[""] * len(ids),
+                      retry_afters=[None] * len(ids))
+    if direction.lease or direction.cursor:
         params["lease_id"] = rows[0]["lease_id"]
     return params
 
@@ -349,7 +388,7 @@ def cost(key: str, *, campaign_id: int, size: int, batch_size: int) -> dict:
             written, plan = _explained(conn, sql[claim_name], params)
             wal["claim"] += written
             claims.append(plan)
-            if direction.lease:  # this claim's lease: its rows
+            if direction.lease or direction.cursor:  # this claim's lease: its rows
                 lease = conn.execute("SELECT id, send_ids FROM dir_leases WHERE worker_id = %s",
                                      [worker_id]).fetchone()
                 if lease is None:

@@ -237,3 +237,96 @@ WITH {{ _campaign_for_share }}, settled AS (
     DELETE FROM dir_leases WHERE id = %(lease_id)s RETURNING id
 )
 SELECT id, status FROM settled WHERE (SELECT count(*) FROM ended) >= 0;
+
+-- claim_cursor --
+-- (g) A lease per batch that writes no send row: the campaign's cursor (dir_cursors, one row per
+-- campaign, locked for the claim's few milliseconds: claims of one campaign take turns, never
+-- the same rows) moves past the next batch of queued rows, and one row of dir_leases names them.
+-- The opt-out check is a read; what it finds is settled 'suppressed' with the others. A row is
+-- in flight while its id is in a live lease; each is written once, by its settle. (Rows queued
+-- again behind the cursor, by a retry or a recovery, would need a second, small path: not here.)
+WITH {{ _campaign_cursor }}, due AS MATERIALIZED (
+    SELECT s.id
+      FROM dir_sends s
+     WHERE {{ _of_the_campaign }}
+       AND (s.campaign_id, s.id) > (%(campaign_id)s, (SELECT claimed_to FROM cursor))
+       AND s.status = 'queued'
+       AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
+     ORDER BY s.campaign_id, s.id
+     LIMIT %(batch_size)s
+), {{ _lease_the_due }};
+
+-- claim_cursor_by_id --
+-- (h) The same claim where no index reads a row's state: the campaign's rows after the cursor
+-- in id order, through the primary key (a campaign's rows are one range of ids, built by one
+-- INSERT), queued ones taken.
+WITH {{ _campaign_cursor }}, due AS MATERIALIZED (
+    SELECT s.id
+      FROM dir_sends s
+     WHERE s.campaign_id = %(campaign_id)s
+       AND s.id > (SELECT claimed_to FROM cursor)
+       AND EXISTS (SELECT 1 FROM growth_campaigns c
+                    WHERE c.id = %(campaign_id)s AND c.status = 'sending')
+       AND s.status = 'queued'
+       AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
+     ORDER BY s.id
+     LIMIT %(batch_size)s
+), {{ _lease_the_due }};
+
+-- _campaign_cursor --
+cursor AS MATERIALIZED (
+    SELECT claimed_to FROM dir_cursors WHERE campaign_id = %(campaign_id)s FOR UPDATE
+)
+
+-- _lease_the_due --
+-- The cursor moved past the rows of `due`, their lease, and the rows as the worker wants them.
+moved AS (
+    UPDATE dir_cursors SET claimed_to = (SELECT max(id) FROM due)
+     WHERE campaign_id = %(campaign_id)s AND EXISTS (SELECT 1 FROM due)
+), {{ _new_lease }}
+SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
+       CASE WHEN {{ _blocked }} THEN 'suppressed' ELSE 'sending' END AS status,
+       s.attempts + 1 AS attempts, s.destination_id, (SELECT id FROM lease) AS lease_id
+  FROM dir_sends s
+ WHERE s.id = ANY(ARRAY(SELECT id FROM due))
+
+-- settle_cursor --
+-- (g, h) The settle of one lease: it ends the lease (DELETE ... WHERE worker_id = me: a lease taken
+-- over by a recovery is no longer ours, and then nothing is written), and writes each of its rows
+-- once, with what the claim did not write (the attempt, the hand-over's times).
+WITH {{ _campaign_for_share }}, ended AS MATERIALIZED (
+    DELETE FROM dir_leases
+     WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
+    RETURNING send_ids
+)
+UPDATE dir_sends s
+   SET status = CASE
+           WHEN r.outcome = 'sent' THEN 'sent'
+           WHEN r.outcome = 'suppressed' THEN 'suppressed'
+           WHEN {{ _retried }} THEN 'queued'
+           WHEN r.outcome IN ('transient', 'throttled') AND c.status = 'cancelled' THEN 'cancelled'
+           ELSE 'failed' END,
+       attempts = s.attempts + CASE WHEN r.outcome IN ('throttled', 'suppressed') THEN 0
+                                    ELSE 1 END,
+       sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
+       provider_message_id = CASE WHEN r.outcome = 'sent' THEN left(r.provider_message_id, 255)
+                                  ELSE s.provider_message_id END,
+       last_error = r.error,
+       next_attempt_at = CASE
+           WHEN {{ _retried }} AND r.outcome = 'throttled'
+           THEN now() + make_interval(secs => coalesce(r.retry_after, %(throttle_delay)s))
+           WHEN {{ _retried }}
+           THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ s.attempts,
+                                                    %(backoff_max)s) * (0.9 + random() * 0.2)) END,
+       handed_over_at = CASE WHEN r.outcome IN ('sent', 'permanent') THEN now() END,
+       first_attempt_at = CASE WHEN r.outcome = 'suppressed' THEN s.first_attempt_at
+                               ELSE coalesce(s.first_attempt_at, now()) END,
+       claimed_by = %(worker_id)s,
+       updated_at = now()
+  FROM campaign c, {{ _outcomes }}
+ WHERE s.id = ANY(%(ids)s::bigint[])
+   AND s.id = r.id
+   AND s.campaign_id = c.id
+   AND s.id = ANY(coalesce((SELECT send_ids FROM ended), '{}'))
+   AND s.status = 'queued' COLLATE "C"
+RETURNING s.id, s.status;

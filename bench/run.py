@@ -87,7 +87,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pacing-sizes", help="rows of the campaigns whose claim is explained "
                                                "(100000,1000000)")
     parser.add_argument("--pacing-batch", type=int, default=500, help="the explained claims' batch")
-    parser.add_argument("--directions", default="v,a,b,c,d,e,f",
+    parser.add_argument("--directions", default="v,a,b,c,d,e,f,g,h",
                         help="directions: which table shapes (bench/directions.py)")
     parser.add_argument("--huge-size", type=int,
                         help="huge: the campaign's recipients (10,000,000; --quick: 200,000)")
