@@ -8,9 +8,12 @@ import sys
 
 import pytest
 from django.db import connection, transaction
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from growth.managers import campaigns, feedback, sends, suppressions
-from growth.managers.queries import Prepared, Queries, load
+from growth.managers.queries import Prepared, Queries, array_literal, load
 from growth.models import Send
 from growth.sending.transports import Outcome
 from tests.helpers import subprocess_env
@@ -194,3 +197,27 @@ def test_behind_transaction_pooling_nothing_is_ever_prepared(pool_mode, asked, p
         env={**env, "DJANGO_SETTINGS_MODULE": "zylior.settings"}, capture_output=True,
         text=True, check=True)
     assert shown.stdout.strip() == prepared
+
+
+_ELEMENT_TYPES = {str: "text", int: "bigint", float: "float8"}
+
+
+@pytest.mark.django_db
+@hypothesis_settings(max_examples=60, deadline=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(
+    st.lists(st.one_of(st.none(), st.text(st.characters(blacklist_characters="\x00")))),
+    st.lists(st.one_of(st.none(), st.integers(min_value=-2**63, max_value=2**63 - 1))),
+    st.lists(st.one_of(st.none(), st.floats(allow_nan=False)))))
+def test_an_array_literal_reads_back_as_the_values_it_was_made_of(values):
+    kind = next((type(v) for v in values if v is not None), str)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT %(values)s::{_ELEMENT_TYPES[kind]}[]",
+                       {"values": array_literal(values)})
+        assert cursor.fetchone()[0] == values
+
+
+@pytest.mark.parametrize("value", [True, b"bytes", object()])
+def test_an_array_literal_refuses_what_it_cannot_quote(value):
+    with pytest.raises(TypeError):
+        array_literal([value])

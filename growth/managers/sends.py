@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db import models, transaction
 
-from growth.managers.queries import FromRow, Queries
+from growth.managers.queries import FromRow, Queries, array_literal
 from growth.sending.transports.base import Outcome
 
 QUERIES = Queries.beside(__file__)
@@ -268,12 +268,12 @@ class SendManager(models.Manager):
 def _settle_params(outcomes: Sequence[Outcome], *, campaign_id: int, worker_id: str,
                    attempts: Mapping[int, int], retry_for: float, backoff_base: float,
                    backoff_max: float, throttle_delay: float) -> dict[str, object]:
-    return {"ids": [o.send_id for o in outcomes],
-            "attempts": [attempts[o.send_id] for o in outcomes],
-            "outcomes": [o.kind for o in outcomes],
-            "provider_ids": [o.provider_message_id for o in outcomes],
-            "errors": [o.error for o in outcomes],
-            "retry_afters": [o.retry_after for o in outcomes],
+    return {"ids": array_literal(o.send_id for o in outcomes),
+            "attempts": array_literal(attempts[o.send_id] for o in outcomes),
+            "outcomes": array_literal(o.kind for o in outcomes),
+            "provider_ids": array_literal(o.provider_message_id for o in outcomes),
+            "errors": array_literal(o.error for o in outcomes),
+            "retry_afters": array_literal(o.retry_after for o in outcomes),
             "campaign_id": campaign_id, "worker_id": worker_id, "retry_for": retry_for,
             "throttle_delay": throttle_delay, "backoff_base": backoff_base,
             "backoff_max": backoff_max}
