@@ -82,6 +82,9 @@ PLAN_FIX = "SET LOCAL enable_nestloop = off;\n"  # the settle's join: a hash, ne
 HOT_COLUMNS = ["status", "attempts", "lease_expires_at", "handed_over_at", "claimed_by",
                "next_attempt_at", "provider_message_id", "last_error", "sent_at", "updated_at",
                "first_attempt_at"]
+# not written by a claim or a settle, but read with the state by the reputation figures' partial
+# indexes (migrations 0016-0018), which the split shapes put on dir_state
+STATE_FLAGS = ["bounce_reported", "complaint_reported"]
 TABLES = ["dir_state", "dir_wide", "dir_sends", "dir_leases", "dir_cursors"]
 NO_NESTLOOP = "engine, enable_nestloop off"
 # every index of growth_sends whose key or condition reads a column a settle writes (status,
@@ -201,7 +204,7 @@ def create(direction: Direction) -> list[str]:
         ddl.append("CREATE TABLE dir_wide (LIKE growth_sends INCLUDING DEFAULTS INCLUDING GENERATED "
                    "INCLUDING IDENTITY)")
         ddl.append("ALTER TABLE dir_wide " + ", ".join(f"DROP COLUMN {c}" for c in HOT_COLUMNS))
-        keep = {"id", "campaign_id", "destination_id", *HOT_COLUMNS}
+        keep = {"id", "campaign_id", "destination_id", *HOT_COLUMNS, *STATE_FLAGS}
         ddl.append("CREATE TABLE dir_state (LIKE growth_sends INCLUDING DEFAULTS INCLUDING "
                    f"CONSTRAINTS) WITH (fillfactor = {direction.fillfactor})")
         ddl.append("ALTER TABLE dir_state " + ", ".join(
@@ -232,7 +235,7 @@ def fill(direction: Direction, campaign_id: int) -> float:
                            "WHERE campaign_id = %s", [campaign_id])
         else:
             wide = ", ".join(c for c in columns if c not in HOT_COLUMNS)
-            state = ", ".join(["campaign_id", "destination_id", *HOT_COLUMNS])
+            state = ", ".join(["campaign_id", "destination_id", *HOT_COLUMNS, *STATE_FLAGS])
             cursor.execute(f"INSERT INTO dir_wide ({wide}) SELECT {wide} FROM growth_sends "
                            "WHERE campaign_id = %s", [campaign_id])
             cursor.execute(f"INSERT INTO dir_state (send_id, {state}) SELECT id, {state} "

@@ -17,15 +17,16 @@
 -- id) named by a row comparison, so that the planner cannot take the primary key in id order
 -- instead (on a table holding one campaign, all of it queued when analysed, it did).
 
--- _settled --
--- The settle's new values, as sends.sql's settle writes them (s: the row with the state; r: the
--- outcome; c: the campaign, locked FOR SHARE).
+-- _settled_outcome --
+-- What every shape's settle writes of an outcome, as sends.sql's settle writes it (s: the row
+-- with the state; r: the outcome, r.attempt the attempt it answers; c: the campaign, locked FOR
+-- SHARE). 'suppressed': the claim of g or h found the row blocked by an opt-out.
 status = CASE
     WHEN r.outcome = 'sent' THEN 'sent'
+    WHEN r.outcome = 'suppressed' THEN 'suppressed'
     WHEN {{ _retried }} THEN 'queued'
     WHEN r.outcome IN ('transient', 'throttled') AND c.status = 'cancelled' THEN 'cancelled'
     ELSE 'failed' END,
-attempts = s.attempts - CASE WHEN r.outcome = 'throttled' THEN 1 ELSE 0 END,
 sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
 provider_message_id = CASE WHEN r.outcome = 'sent' THEN left(r.provider_message_id, 255)
                            ELSE s.provider_message_id END,
@@ -34,12 +35,17 @@ next_attempt_at = CASE
     WHEN {{ _retried }} AND r.outcome = 'throttled'
     THEN now() + make_interval(secs => coalesce(r.retry_after, %(throttle_delay)s))
     WHEN {{ _retried }}
-    THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ (s.attempts - 1),
+    THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ (r.attempt - 1),
                                              %(backoff_max)s) * (0.9 + random() * 0.2)) END,
+updated_at = now()
+
+-- _settled --
+-- The settle's new values where the claim wrote the row (the attempt, the lease, the hand-over).
+{{ _settled_outcome }},
+attempts = s.attempts - CASE WHEN r.outcome = 'throttled' THEN 1 ELSE 0 END,
 lease_expires_at = NULL,
 handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled') THEN NULL
-                      ELSE s.handed_over_at END,
-updated_at = now()
+                      ELSE s.handed_over_at END
 
 -- _outcomes --
 unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
@@ -300,29 +306,13 @@ WITH {{ _campaign_for_share }}, ended AS MATERIALIZED (
     RETURNING send_ids
 )
 UPDATE dir_sends s
-   SET status = CASE
-           WHEN r.outcome = 'sent' THEN 'sent'
-           WHEN r.outcome = 'suppressed' THEN 'suppressed'
-           WHEN {{ _retried }} THEN 'queued'
-           WHEN r.outcome IN ('transient', 'throttled') AND c.status = 'cancelled' THEN 'cancelled'
-           ELSE 'failed' END,
+   SET {{ _settled_outcome }},
        attempts = s.attempts + CASE WHEN r.outcome IN ('throttled', 'suppressed') THEN 0
                                     ELSE 1 END,
-       sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
-       provider_message_id = CASE WHEN r.outcome = 'sent' THEN left(r.provider_message_id, 255)
-                                  ELSE s.provider_message_id END,
-       last_error = r.error,
-       next_attempt_at = CASE
-           WHEN {{ _retried }} AND r.outcome = 'throttled'
-           THEN now() + make_interval(secs => coalesce(r.retry_after, %(throttle_delay)s))
-           WHEN {{ _retried }}
-           THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ s.attempts,
-                                                    %(backoff_max)s) * (0.9 + random() * 0.2)) END,
        handed_over_at = CASE WHEN r.outcome IN ('sent', 'permanent') THEN now() END,
        first_attempt_at = CASE WHEN r.outcome = 'suppressed' THEN s.first_attempt_at
                                ELSE coalesce(s.first_attempt_at, now()) END,
-       claimed_by = %(worker_id)s,
-       updated_at = now()
+       claimed_by = %(worker_id)s
   FROM campaign c, {{ _outcomes }}
  WHERE s.id = ANY(%(ids)s::bigint[])
    AND s.id = r.id
