@@ -193,3 +193,20 @@ def test_a_per_campaign_claim_takes_only_that_campaigns_rows():
     batch = Send.objects.claim(worker_id="w", batch_size=10, lease=60, campaign_id=second.id)
     assert {row.campaign_id for row in batch} == {second.id} and len(batch) == 3
     assert statuses(first) == {"queued": 3}
+
+
+@pytest.mark.django_db
+def test_release_reads_its_rows_by_primary_key_whatever_else_is_on_the_wire():
+    """As the wire statements above: the statistics taken while no row was on the wire made the
+    planner think the other workers' rows on the wire were few enough to read them all."""
+    campaign = sending_campaign(count=3000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE growth_sends")
+    Send.objects.claim(worker_id="others", batch_size=2500, lease=60, campaign_id=campaign.id)
+    mine = Send.objects.claim(worker_id="w", batch_size=5, lease=60, campaign_id=campaign.id)
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["release"],
+                       {"ids": [row.id for row in mine], "campaign_id": campaign.id,
+                        "worker_id": "w", "idempotent": True})
+        (plan,), = cursor.fetchall()
+    assert _rows_read(plan[0]["Plan"], "growth_sends") <= 20  # 5 (twice), not 2,500 passed

@@ -451,7 +451,7 @@ UPDATE growth_sends s
        claimed_by = '', updated_at = now()
  WHERE id = ANY(%(ids)s)
    AND campaign_id = %(campaign_id)s
-   AND status = 'sending'
+   AND status = 'sending' COLLATE "C"  -- as in hand_over: not send_leased's predicate
    AND claimed_by = %(worker_id)s
    AND (handed_over_at IS NULL OR %(idempotent)s)
 RETURNING id;
