@@ -255,17 +255,14 @@ def drop() -> None:
 # -- the loop -------------------------------------------------------------------------------------
 
 def _settle_params(direction: Direction, rows: list[dict], campaign_id: int, worker_id: str) -> dict:
-    ids = [row["id"] for row in rows if row["status"] == "sending"]
-    params = {"ids": ids, "attempts": [row["attempts"] for row in rows if row["status"] == "sending"],
-              "campaign_id": campaign_id, "outcomes": ["sent"] * len(ids),
-              "provider_ids": ["null"] * len(ids), "errors": [""] * len(ids),
-              "retry_afters": [None] * len(ids), "worker_id": worker_id, **SETTLE_POLICY}
-    if direction.cursor:  # the suppressed rows are written by the settle too
-        ids = [row["id"] for row in rows]
-        params.update(ids=ids, attempts=[row["attempts"] for row in rows],
-                      outcomes=["sent" if row["status"] == "sending" else "suppressed" for row in rows],
-                      provider_ids=["null"] * len(ids), errors=[""] * len(ids),
-                      retry_afters=[None] * len(ids))
+    # the rows under the lease; with a cursor, the settle also writes those the claim found blocked
+    settled = rows if direction.cursor else [row for row in rows if row["status"] == "sending"]
+    params = {"ids": [row["id"] for row in settled],
+              "attempts": [row["attempts"] for row in settled],
+              "outcomes": ["sent" if row["status"] == "sending" else "suppressed" for row in settled],
+              "provider_ids": ["null"] * len(settled), "errors": [""] * len(settled),
+              "retry_afters": [None] * len(settled), "campaign_id": campaign_id,
+              "worker_id": worker_id, **SETTLE_POLICY}
     if direction.lease or direction.cursor:
         params["lease_id"] = rows[0]["lease_id"]
     return params
