@@ -59,3 +59,16 @@ def test_a_test_message_names_no_send(smtp_settings, settings):
     send_test_message(campaign_id=campaign.id, to="operator@example.com")
     (message,) = smtp_settings.handler.accepted
     assert message.envelope_from == campaign.account.from_email
+
+
+@pytest.mark.parametrize("secret", ["django-insecure-a-key", "a key with ü in it", "short"])
+def test_the_signature_is_still_djangos_salted_hmac(settings, secret):
+    """The key is derived once per secret now: addresses already out keep verifying."""
+    from django.utils.crypto import salted_hmac
+
+    settings.BOUNCE_DOMAIN = "bounces.growth.example"
+    settings.SECRET_KEY = secret
+    signature = salted_hmac(verp.SALT, "12.34", secret=secret, algorithm="sha256").hexdigest()
+    assert verp.return_path("campaign:12:34") == (
+        f"{settings.BOUNCE_LOCAL_PART}+12.34.{signature[:verp.SIGNATURE_LENGTH]}"
+        "@bounces.growth.example")
