@@ -132,13 +132,18 @@ def _text_part_header(transfer_encoding: str) -> list[str]:
 
 def _encode_body(body: str) -> tuple[str, str] | None:
     """Return (Content-Transfer-Encoding, body with CRLF line ends) or None if too unusual."""
-    lines = body.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if "\r" in body:
+        body = body.replace("\r\n", "\n").replace("\r", "\n")
     ascii_only = body.isascii()
-    # a character is at most 4 octets: only a long line needs counting octets
-    if max(map(len, lines)) * (1 if ascii_only else 4) > MAX_LINE and any(
-            len(line.encode("utf-8")) > MAX_LINE for line in lines):
-        return None  # Django switches to quoted-printable for these
-    return ("7bit" if ascii_only else "8bit"), CRLF.join(lines)
+    # a character is at most 4 octets: only a long body has lines worth measuring, and only a
+    # long line needs counting octets
+    octets_at_most = 1 if ascii_only else 4
+    if len(body) * octets_at_most > MAX_LINE:
+        lines = body.split("\n")
+        if max(map(len, lines)) * octets_at_most > MAX_LINE and any(
+                len(line.encode("utf-8")) > MAX_LINE for line in lines):
+            return None  # Django switches to quoted-printable for these
+    return ("7bit" if ascii_only else "8bit"), body.replace("\n", CRLF)
 
 
 def _subject_header(subject: str) -> str:
