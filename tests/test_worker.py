@@ -264,3 +264,21 @@ def test_a_worker_runs_again_after_a_run_on_its_connections(smtp_settings):
     assert statuses(campaign) == {"sent": 30}
     campaign.refresh_from_db()
     assert not campaign.pause_reason
+
+
+def test_run_sender_puts_its_start_up_objects_out_of_the_collectors_sight(monkeypatch):
+    """Django and the drivers, loaded at start-up, live as long as the process: frozen before
+    the loop starts, they are not walked by every full collection the messages set off."""
+    import gc
+
+    from django.core.management import call_command
+
+    frozen_when_the_loop_starts = []
+    monkeypatch.setattr(Worker, "run",
+                        lambda worker: frozen_when_the_loop_starts.append(gc.get_freeze_count()))
+    gc.unfreeze()
+    try:
+        call_command("run_sender", "--once")
+    finally:
+        gc.unfreeze()  # the test process's own objects go back to the collector
+    assert frozen_when_the_loop_starts and frozen_when_the_loop_starts[0] > 10_000
