@@ -109,3 +109,25 @@ def test_log_format_json_gives_one_object_a_line_with_the_text_formats_fields(tm
     [summary] = [line for line in lines if " finished: " in line["message"]]
     assert (summary["sent"], summary["total"], summary["level"]) == (5, 5, "INFO")
     assert summary["campaign_id"] and summary["worker_id"]
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.0004, 0.001, 0.03, 7.5, 1e9])
+def test_a_chunks_time_shared_out_is_recorded_as_that_many_observations(seconds):
+    """observe_each(h, s, n) leaves what n calls of h.observe(s) leave, bucket by bucket."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from growth.observability.metrics import TRANSPORT_SECONDS, observe_each
+
+    buckets = TRANSPORT_SECONDS._upper_bounds[:-1]
+    one_by_one, at_once = CollectorRegistry(), CollectorRegistry()
+    for registry in (one_by_one, at_once):
+        Histogram("wire", "doc", ["transport"], buckets=buckets, registry=registry)
+    for _ in range(7):
+        one_by_one._names_to_collectors["wire"].labels("t").observe(seconds)
+    observe_each(at_once._names_to_collectors["wire"].labels("t"), seconds, 7)
+
+    expected, got = (samples(generate_latest(r).decode()) for r in (one_by_one, at_once))
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value), key
+    assert expected[("wire_count", (("transport", "t"),))] == 7

@@ -22,6 +22,22 @@ STATEMENT_SECONDS = Histogram(
 TRANSPORT_SECONDS = Histogram(
     "growth_transport_message_seconds", "Time on the wire per message (a chunk's time shared out).",
     ["transport"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
+
+
+def observe_each(histogram: Histogram, seconds: float, count: int) -> None:
+    """Record ``count`` observations of ``seconds``, as ``count`` calls of ``observe`` would (a
+    chunk's time shared out between its messages), taking the sum's and the bucket's locks once
+    instead of ``count`` times each: 3 µs a message of a worker's CPU. prometheus-client has no
+    call for it; this follows its ``Histogram.observe`` (the pinned version's; a test compares
+    the two)."""
+    histogram._raise_if_not_observable()
+    histogram._sum.inc(seconds * count)
+    for bucket, bound in zip(histogram._buckets, histogram._upper_bounds, strict=True):
+        if seconds <= bound:
+            bucket.inc(count)
+            return
+
+
 RATE_LIMIT_WAITS = Counter("growth_rate_limit_waits", "Campaigns skipped for want of tokens.")
 THROTTLED = Counter("growth_throttled", "Messages a receiver deferred with a 'slow down', by whom "
                     "it concerns (destination or transport).", ["scope"])
