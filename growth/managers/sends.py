@@ -174,7 +174,7 @@ class SendManager(models.Manager):
 
     def blocked(self, send_ids: Sequence[int]) -> list[int]:
         """Return which of these rows an opt-out now blocks (a read: no row is written)."""
-        return QUERIES.column("blocked", ids=list(send_ids))
+        return QUERIES.column("blocked", ids=array_literal(send_ids))
 
     def settle(self, outcomes: Sequence[Outcome], *, campaign_id: int, worker_id: str,
                attempts: Mapping[int, int], retry_for: float, backoff_base: float,

@@ -158,7 +158,7 @@ UPDATE growth_campaigns
 -- the rows among these that an opt-out (or an unconfirmed subscriber) now blocks
 SELECT s.id
   FROM growth_sends s
- WHERE s.id = ANY(%(ids)s)
+ WHERE s.id = ANY(%(ids)s::bigint[])
    AND {{ _blocked }};
 
 -- claim --
