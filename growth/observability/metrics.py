@@ -22,6 +22,15 @@ STATEMENT_SECONDS = Histogram(
 TRANSPORT_SECONDS = Histogram(
     "growth_transport_message_seconds", "Time on the wire per message (a chunk's time shared out).",
     ["transport"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
+RATE_LIMIT_WAITS = Counter("growth_rate_limit_waits", "Campaigns skipped for want of tokens.")
+THROTTLED = Counter("growth_throttled", "Messages a receiver deferred with a 'slow down', by whom "
+                    "it concerns (destination or transport).", ["scope"])
+RATE_DECREASES = Counter("growth_rate_decreases", "Shared rates lowered after a throttle.", ["scope"])
+LEASES_RECOVERED = Counter("growth_leases_recovered", "Rows whose lease expired, by what they became.",
+                           ["to"])
+CAMPAIGNS_CONTAINED = Counter("growth_campaigns_contained",
+                              "Campaigns the worker paused because they cannot be sent as they are.")
+LAST_BEAT = Gauge("growth_worker_last_beat_timestamp_seconds", "When this worker last said it lives.")
 
 
 def observe_each(histogram: Histogram, seconds: float, count: int) -> None:
@@ -37,16 +46,6 @@ def observe_each(histogram: Histogram, seconds: float, count: int) -> None:
             bucket.inc(count)
             return
 
-
-RATE_LIMIT_WAITS = Counter("growth_rate_limit_waits", "Campaigns skipped for want of tokens.")
-THROTTLED = Counter("growth_throttled", "Messages a receiver deferred with a 'slow down', by whom "
-                    "it concerns (destination or transport).", ["scope"])
-RATE_DECREASES = Counter("growth_rate_decreases", "Shared rates lowered after a throttle.", ["scope"])
-LEASES_RECOVERED = Counter("growth_leases_recovered", "Rows whose lease expired, by what they became.",
-                           ["to"])
-CAMPAIGNS_CONTAINED = Counter("growth_campaigns_contained",
-                              "Campaigns the worker paused because they cannot be sent as they are.")
-LAST_BEAT = Gauge("growth_worker_last_beat_timestamp_seconds", "When this worker last said it lives.")
 
 # --- the web app -------------------------------------------------------------------------------
 
