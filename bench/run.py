@@ -70,6 +70,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-unprepared", action="store_true",
                         help="smtp-latency: the plain receiver again with "
                              "DATABASE_PREPARED_STATEMENTS off (plain-unprepared)")
+    parser.add_argument("--latency-unpipelined", action="store_true",
+                        help="smtp-latency: the plain receiver again against a sink that does "
+                             "not advertise PIPELINING (plain-unpipelined)")
     parser.add_argument("--latency-rcpt", action="store_true",
                         help="smtp-latency: delay each RCPT's reply too")
     parser.add_argument("--build-subscribers", type=int, help="the build's account (1,000,000)")
@@ -270,7 +273,8 @@ def _smtp_latency(args) -> dict:
         repetitions=args.latency_repetitions or (1 if args.quick else args.repetitions),
         per_connection=args.latency_batch, rcpt=args.latency_rcpt, out=args.out, say=say,
         chunks=_ints(args.latency_chunks),
-        loads=_floats(args.latency_loads), unprepared=args.latency_unprepared)
+        loads=_floats(args.latency_loads), unprepared=args.latency_unprepared,
+        unpipelined=args.latency_unpipelined)
 
 
 def _build(args) -> dict:

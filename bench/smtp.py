@@ -39,10 +39,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _sink(port: int, accepted, signed, delays, ready, stop) -> None:
+def _sink(port: int, accepted, signed, delays, pipelining, ready, stop) -> None:
     from aiosmtpd.controller import Controller
 
     class Counting:
+        async def handle_EHLO(self, server, session, envelope, hostname, responses):
+            session.host_name = hostname
+            if pipelining.value:
+                responses.insert(-1, "250-PIPELINING")
+            return responses
+
         async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
             if delays[1]:
                 await asyncio.sleep(delays[1])
@@ -74,10 +80,11 @@ class Sink:
         self.port = _free_port()
         self.accepted, self.signed = SPAWN.Value("q", 0), SPAWN.Value("q", 0)
         self._delays = SPAWN.Array("d", 2)  # seconds before the reply to DATA, to each RCPT
+        self._pipelining = SPAWN.Value("b", 1)  # advertised in the reply to EHLO
         self._ready, self._stop = SPAWN.Event(), SPAWN.Event()
         self._process = SPAWN.Process(target=_sink, daemon=True,
                                       args=(self.port, self.accepted, self.signed, self._delays,
-                                            self._ready, self._stop))
+                                            self._pipelining, self._ready, self._stop))
 
     @property
     def url(self) -> str:
@@ -100,6 +107,12 @@ class Sink:
         """From now on, wait ``data`` seconds before answering DATA and ``rcpt`` before answering
         each RCPT (0: at once), on every connection independently."""
         self._delays[0], self._delays[1] = data, rcpt
+
+    def advertise_pipelining(self, on: bool) -> None:
+        """From the next connection on, say (or not) in the reply to EHLO that commands may be
+        pipelined (RFC 2920). It does by default, as Postfix, Exim and the big MXs do; smtplib
+        never pipelines, the engine does where it is advertised."""
+        self._pipelining.value = int(on)
 
     def reset(self) -> None:
         for counter in (self.accepted, self.signed):

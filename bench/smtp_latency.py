@@ -7,7 +7,9 @@ raw client on as many connections, at every C and every delay:
 
 - the receiver: one ``bench.smtp.Sink`` (aiosmtpd, a process of its own) that waits the delay
   before its reply to DATA (and to each RCPT with ``rcpt=True``) with ``asyncio.sleep``, so that
-  it serves every connection at once; it counts what it took, and each run checks the count;
+  it serves every connection at once; it counts what it took, and each run checks the count.
+  It advertises PIPELINING (RFC 2920), as real relays do: the engine sends each envelope in one
+  write there, raw smtplib cannot;
 - **raw smtplib**: one process, C threads, each with its own ``smtplib.SMTP`` (connected and
   greeted before the clock), sending pre-built copies of the engine's own rendering of one
   recipient, taken from one shared queue;
@@ -23,6 +25,9 @@ raw client on as many connections, at every C and every delay:
 - with ``unprepared`` (``--latency-unprepared``), the engine again with a plain receiver and
   DATABASE_PREPARED_STATEMENTS off (``plain-unprepared``): its statements on the wires parsed and
   planned by PostgreSQL on every call, as before they were prepared;
+- with ``unpipelined`` (``--latency-unpipelined``), the engine again with a plain receiver
+  against the same sink not advertising PIPELINING (``plain-unpipelined``): the envelope one
+  command and one round trip at a time, as raw smtplib always sends it;
 - with ``loads`` (``--latency-loads 0.4,0.8``), raw smtplib again beside a ``Hog`` that keeps
   that many cores busy (``smtplib+0.8``): whether busy cores as such slow a client that waits on
   its sockets.
@@ -84,7 +89,8 @@ def plan(*, delays_ms: list[int], connections: list[int], seconds: float,
 
 def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per_connection: int,
             repetitions: int, rcpt: bool, out: Path, say: Callable[[str], None],
-            chunks: list[int] = (), loads: list[float] = (), unprepared: bool = False) -> dict:
+            chunks: list[int] = (), loads: list[float] = (), unprepared: bool = False,
+            unpipelined: bool = False) -> dict:
     """Seconds of each contender at each point, per repetition (repetitions outermost)."""
     from bench import data, smtp
 
@@ -93,6 +99,7 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
                          "leaves wires without a chunk with a plain receiver")
     contenders = (*CONTENDERS, *(f"plain-{chunk}" for chunk in chunks),
                   *(["plain-unprepared"] if unprepared else []),
+                  *(["plain-unpipelined"] if unpipelined else []),
                   *(f"smtplib+{load:g}" for load in loads))
     points = plan(delays_ms=delays_ms, connections=connections, seconds=seconds,
                   per_connection=per_connection)
@@ -122,7 +129,7 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
                         for name in contenders))
     return {"delays_ms": delays_ms, "connections": connections, "per_connection": per_connection,
             "rcpt": rcpt, "chunks": list(chunks), "loads": list(loads), "unprepared": unprepared,
-            "seconds_target": seconds,
+            "unpipelined": unpipelined, "seconds_target": seconds,
             "points": [{"delay_ms": p.delay_ms, "connections": p.connections, "batch": p.batch,
                         "recipients": p.recipients, "seconds": timings[p], "cpu_seconds": cpu[p]}
                        for p in points], "cores": os.cpu_count()}
@@ -138,13 +145,26 @@ def _run(contender: str, *, point: Point, audience, sink, out: Path) -> float:
                                         sink=sink)
     mode, _, variant = contender.partition("-")
     chunk = int(variant) if variant.isdigit() else None
+    sink.advertise_pipelining(variant != "unpipelined")
+    try:
+        return _engine_run(mode, variant, chunk, point=point, audience=audience, sink=sink,
+                           out=out)
+    finally:
+        sink.advertise_pipelining(True)
+
+
+def _engine_run(mode: str, variant: str, chunk: int | None, *, point: Point, audience, sink,
+                out: Path) -> float:
+    from bench import smtp
+
     return smtp.engine_run(audience=audience, workers=1, batch_size=point.batch, sink=sink,
                            idempotent=mode == "idempotent", out=out,
                            connections=point.connections, chunk=chunk,
                            prepared=variant != "unprepared",
                            name=f"latency{point.delay_ms}ms-c{point.connections}"
                                 + (f"-chunk{chunk}" if chunk else "")
-                                + ("-unprepared" if variant == "unprepared" else ""))
+                                + (f"-{variant}" if variant in ("unprepared", "unpipelined")
+                                   else ""))
 
 
 def _clocked_window(contender: str) -> tuple[float, float]:

@@ -37,6 +37,13 @@ class RecordingHandler:
     lock: threading.Lock = field(default_factory=threading.Lock)
     thinking: int = 0  # messages whose DATA is being answered now (over all connections)
     most_at_once: int = 0  # the most there ever were
+    pipelining: bool = True  # advertise PIPELINING (RFC 2920), as real relays do
+
+    async def handle_EHLO(self, server, session, envelope, hostname, responses):
+        session.host_name = hostname
+        if self.pipelining:
+            responses.insert(-1, "250-PIPELINING")
+        return responses
 
     async def handle_DATA(self, server, session, envelope):
         message = message_from_bytes(envelope.original_content)

@@ -11,6 +11,7 @@ from django.core.mail.message import sanitize_address
 from django.utils.module_loading import import_string
 
 from growth.sending.mime import OutgoingEmail
+from growth.sending.transports import pipelining
 from growth.sending.transports.base import BaseTransport, Delivery, Outcome
 from growth.sending.transports.errors import classify_failure
 
@@ -29,8 +30,9 @@ class DjangoMailTransport(BaseTransport):
     ``idempotency_window``, see growth.sending.backends); ``receiver_deduplicates`` decides.
 
     Over Django's own SMTP backend, a rendered message (OutgoingEmail) goes to smtplib as bytes,
-    with what only this path can do: its VERP envelope sender (``envelope_from``) and its DKIM
-    signature, made on exactly the bytes that go on the wire. Any other backend (an ESP, which
+    with what only this path can do: its VERP envelope sender (``envelope_from``), its DKIM
+    signature, made on exactly the bytes that go on the wire, and its envelope in one write where
+    the relay advertises PIPELINING (``pipelining``). Any other backend (an ESP, which
     signs with its own keys; console, file) gets the message as it is, unsigned.
     """
 
@@ -112,7 +114,7 @@ class DjangoMailTransport(BaseTransport):
             if sender is None:
                 sender = self._senders[message.from_email] = sanitize_address(message.from_email,
                                                                               "utf-8")
-        self._connection.connection.sendmail(sender, recipients, data)
+        pipelining.sendmail(self._connection.connection, sender, recipients, data)
         return 1
 
     def _send_one(self, delivery: Delivery) -> Outcome:
