@@ -500,9 +500,13 @@ class SendProtocol(RuleBasedStateMachine):
         now blocks and the hand-over of those rows only (idempotent)."""
         state = self.workers[worker]
         with self.p6_changes_only_rows_still_held(worker, state.attempts):
-            # The Worker's own method: what it does with the managers' answers decides what goes
-            # on the wire, so it is part of the protocol under test.
-            checked = self._worker(worker)._hand_over([row.id for row in state.claimed])
+            ids = [row.id for row in state.claimed]
+            if self.idempotent:
+                # The Worker's own method: what it does with the managers' answers decides what
+                # goes on the wire, so it is part of the protocol under test.
+                checked = self._worker(worker)._hand_over(ids)
+            else:  # a wire's first chunk: the hand-over alone (SendManager.hand_over)
+                checked = Send.objects.hand_over(ids, worker_id=worker)
         self._checked(worker, checked)
 
     def _settle_and_hand_over(self, worker: str) -> None:

@@ -39,6 +39,16 @@ class PacedClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class HandOver:
+    """A wire's next chunk to hand over, with the outcomes of its last one to settle in the same
+    commit (none: its first chunk). ``policy``: ``settle``'s keywords, worker_id included."""
+
+    outcomes: Sequence[Outcome]
+    hand_over: Sequence[int]
+    policy: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
 class Recovered(FromRow):
     """A row whose lease expired, and what recovery made of it."""
 
@@ -206,14 +216,30 @@ class SendManager(models.Manager):
         commit (which waits for the disk, as a hand-over's must); return what ``settle`` and
         ``hand_over`` would. Committed together, a kill leaves either chunk in doubt, never
         both: the wire that sent the first has not taken the second yet."""
-        settled, handed = QUERIES.together(
-            ("settle", _settle_params(outcomes, campaign_id=campaign_id, worker_id=worker_id,
-                                      attempts=attempts, retry_for=retry_for,
-                                      backoff_base=backoff_base, backoff_max=backoff_max,
-                                      throttle_delay=throttle_delay)),
-            ("hand_over", {"ids": list(hand_over), "worker_id": worker_id}))
-        return ({row["id"]: row["status"] for row in settled},
-                {row["id"]: row["status"] for row in handed})
+        policy = {"campaign_id": campaign_id, "worker_id": worker_id, "attempts": attempts,
+                  "retry_for": retry_for, "backoff_base": backoff_base,
+                  "backoff_max": backoff_max, "throttle_delay": throttle_delay}
+        return self.settle_and_hand_over_many([HandOver(outcomes, hand_over, policy)])[0]
+
+    def settle_and_hand_over_many(self, requests: Sequence[HandOver]
+                                  ) -> list[tuple[dict[int, str], dict[int, str]]]:
+        """Several wires' ``settle_and_hand_over`` (a request without outcomes is a hand-over
+        alone) in one round trip and one commit, waiting for the disk; what each would return,
+        in order. Their rows are disjoint: each wire holds its own."""
+        calls = []
+        for request in requests:
+            if request.outcomes:
+                calls.append(("settle", _settle_params(request.outcomes, **request.policy)))
+            calls.append(("hand_over", {"ids": list(request.hand_over),
+                                        "worker_id": request.policy["worker_id"]}))
+        results = iter(QUERIES.together(*calls))
+        answers = []
+        for request in requests:
+            settled = next(results) if request.outcomes else []
+            handed = next(results)
+            answers.append(({row["id"]: row["status"] for row in settled},
+                            {row["id"]: row["status"] for row in handed}))
+        return answers
 
     def release(self, send_ids: Sequence[int], *, campaign_id: int, worker_id: str,
                 idempotent: bool) -> list[int]:

@@ -3,15 +3,16 @@ connection to the relay or the ESP) and a database connection of its own.
 
 A relay answers each message in tens of milliseconds: on one connection a worker sends a few dozen
 messages a second whatever the database can do. With C lanes it keeps C pieces of work on the wire
-at once, and each lane makes its own round trips to PostgreSQL: with a plain receiver a chunk is
-rendered, handed over (committed with the settle of the lane's last chunk) and sent on its lane,
-so the worker's loop, which only claims and deals out batches, never makes C wires wait for one
-database connection. A kill leaves in doubt at most what the lanes had handed over and not
-settled: one chunk each, C in all.
+at once, and the worker's loop, which only claims and deals out batches, never makes them wait
+for it: with a plain receiver a chunk is rendered on its lane, handed over (committed with the
+settle of the lane's last chunk, and with the other lanes' hand-overs waiting at the same time:
+``growth.sending.hand_overs``) and sent on its lane. A kill leaves in doubt at most what the lanes
+had handed over and not settled: one chunk each, C in all.
 Threads, not asyncio: transports are blocking clients (smtplib, Django's email backends, the ESPs'
 HTTP clients), and a thread waiting on its socket or its database does not hold the GIL.
 
-A worker therefore holds up to C + 2 database connections (its loop, its settler, its lanes):
+A worker therefore holds up to C + 3 database connections (its loop, its settler, its hand-overs,
+its lanes: a lane settles its last chunk of a batch on its own):
 with many workers, put PgBouncer in front of PostgreSQL (the engine runs under transaction
 pooling). With one lane there are no threads at all: the work runs on the caller's thread.
 """

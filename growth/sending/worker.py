@@ -17,11 +17,12 @@ worker trades speed for doubt (``receiver_deduplicates`` says which it is):
   over with the claim, a batch is shared out between the worker's connections at once, settles
   run on a thread of their own (``growth.sending.settler``), and a row whose lease expired is
   retried, same key.
-- plain: a resend would be a duplicate. Each small chunk is handed over in its own commit just
-  before it goes on a wire (``growth.sending.wires``: C connections, each with its own database
-  connection, one chunk each) and settled in the same commit as that wire's next hand-over, so a
-  kill leaves in doubt only the chunks that were on the wires; such a row becomes 'unknown' for
-  an operator, never silently resent or dropped.
+- plain: a resend would be a duplicate. Each small chunk is handed over in a commit of its own
+  just before it goes on a wire (``growth.sending.wires``: C connections, one chunk each) and
+  settled in the same commit as that wire's next hand-over, so a kill leaves in doubt only the
+  chunks that were on the wires; such a row becomes 'unknown' for an operator, never silently
+  resent or dropped. The hand-overs of several wires waiting at once share one commit
+  (``growth.sending.hand_overs``).
 
 Within ``run()`` the loop claims the next batch while the wires finish the last one (at most
 two batches in hand: a stop or a pause lets both finish).
@@ -50,11 +51,12 @@ from growth.audience.destinations import classify_recipient_domains
 from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
-from growth.managers.sends import Claimed
+from growth.managers.sends import Claimed, HandOver
 from growth.models import Campaign, Send, SendTally, Suppression, WorkerHeartbeat
 from growth.observability import metrics
 from growth.reputation.guard import GuardSchedule
 from growth.sending.console import Console
+from growth.sending.hand_overs import HandOvers
 from growth.sending.pacer import Pacer
 from growth.sending.rendering import CampaignContent, CampaignRenderer
 from growth.sending.settler import InlineSettler, Settler
@@ -175,6 +177,9 @@ class Worker:
         self.idempotent = receiver_deduplicates(self.transport, lease=self.lease)
         self.connections = connections or settings.SENDER_CONNECTIONS
         self._wires = Wires(self.transport, self.connections)
+        # plain, on several wires: their hand-overs committed together (one wire: on its own)
+        self._hand_overs = (HandOvers(Send.objects.settle_and_hand_over_many)
+                            if self.connections > 1 else None)
         # plain: small chunks, each handed over just before its wire takes it (idempotent: the
         # batch is shared out between the connections, see _deliver_at_once)
         self.chunk_size = settings.SENDER_HANDOFF_CHUNK
@@ -218,6 +223,8 @@ class Worker:
             self._retrying_db(SendTally.objects.fold, deadline=time.monotonic() + DB_RETRY_FIRST,
                               lost="the deltas wait for another worker's fold")
             self._wires.close()  # every connection, self.transport's included
+            if self._hand_overs is not None:
+                self._hand_overs.close()
             self._retrying_db(lambda: WorkerHeartbeat.objects.stopped(worker_id=self.worker_id),
                               deadline=time.monotonic() + DB_RETRY_FIRST,
                               lost="the heartbeat is left to go stale")
@@ -405,12 +412,8 @@ class Worker:
         if not deliveries:
             return answered
         ids = [d.send_id for d in deliveries]
-        if answered:
-            handed = self._retrying_db(lambda: self._settle_and_hand_over(batch, answered, ids),
-                                       deadline=time.monotonic() + self.lease)
-        else:
-            handed = self._retrying_db(lambda: self._hand_over(ids),
-                                       deadline=time.monotonic() + self.lease)
+        handed = self._retrying_db(lambda: self._hand_over_chunk(batch, answered, ids),
+                                   deadline=time.monotonic() + self.lease)
         if handed is None:
             # no database for a whole lease: this chunk is unsent (queued again on expiry), the
             # last one's rows are in doubt as after a crash ('unknown' on expiry)
@@ -585,12 +588,10 @@ class Worker:
         return outcomes
 
     def _hand_over(self, ids: Sequence[int]) -> dict[int, str]:
-        """Return {send id: 'sending' (send it) | 'suppressed'} for the rows still ours."""
-        if not self.idempotent:
-            with metrics.STATEMENT_SECONDS.labels("hand_over").time():
-                return Send.objects.hand_over(ids, worker_id=self.worker_id)
-        # Handed over by the claim already: only opt-outs need a look, and that look is a read;
-        # the rare blocked row goes through the hand-over to be suppressed.
+        """Idempotent receiver, before a batch goes out: return {send id: 'sending' (send it) |
+        'suppressed'} for the rows still ours (a plain receiver's chunks: ``_hand_over_chunk``).
+        Handed over by the claim already, the rows only need a look at the opt-outs, and that
+        look is a read; the rare blocked row goes through the hand-over to be suppressed."""
         blocked = Send.objects.blocked(ids)
         handed = Send.objects.hand_over(blocked, worker_id=self.worker_id) if blocked else {}
         # A blocked row is never sent by us: suppressed if still ours, else (recovered, taken
@@ -607,14 +608,21 @@ class Worker:
 
         return self._retrying_db(settle, deadline=time.monotonic() + self.lease) or {}
 
-    def _settle_and_hand_over(self, batch: Batch, answered: Sequence[Outcome],
-                              ids: Sequence[int]) -> dict[int, str]:
-        """Plain receiver: settle a wire's last chunk and hand over its next in one round trip;
-        return the hand-over's {send id: 'sending' | 'suppressed'}."""
-        with metrics.STATEMENT_SECONDS.labels("settle_and_hand_over").time():
-            settled, handed = Send.objects.settle_and_hand_over(answered, ids,
-                                                                **self._settle_policy(batch))
-        self._after_settle(batch, answered, settled)
+    def _hand_over_chunk(self, batch: Batch, answered: Sequence[Outcome],
+                         ids: Sequence[int]) -> dict[int, str]:
+        """Plain receiver: hand over a wire's next chunk, settling its last one (``answered``)
+        in the same commit, which the other wires' waiting hand-overs share
+        (``growth.sending.hand_overs``); return the hand-over's {send id: 'sending' |
+        'suppressed'}."""
+        request = HandOver(answered, ids, self._settle_policy(batch))
+        label = "settle_and_hand_over" if answered else "hand_over"
+        with metrics.STATEMENT_SECONDS.labels(label).time():
+            if self._hand_overs is None:
+                ((settled, handed),) = Send.objects.settle_and_hand_over_many([request])
+            else:
+                settled, handed = self._hand_overs.submit(request)
+        if answered:
+            self._after_settle(batch, answered, settled)
         return handed
 
     def _settle_policy(self, batch: Batch) -> dict:
