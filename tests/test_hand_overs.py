@@ -85,6 +85,15 @@ def test_a_failed_commit_reaches_every_request_of_its_group_and_the_next_group_g
     held.hand_overs.close()
 
 
+def test_a_commit_that_answers_wrongly_fails_its_group_and_no_wire_waits_for_ever():
+    hand_overs = HandOvers(lambda requests: requests[:-1])
+    with pytest.raises(RuntimeError, match="0 answers to 1 hand-overs"):
+        hand_overs.submit(1)
+    with pytest.raises(RuntimeError):  # the thread is still there for the next one
+        hand_overs.submit(2)
+    hand_overs.close()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_wires_hand_overs_and_settles_commit_in_one_transaction():
     campaign = sending_campaign(count=8)

@@ -39,7 +39,7 @@ class HandOvers(Generic[Request, Result]):
         """Commit ``request`` with whatever else is waiting; return its result, or raise what
         the group's commit raised."""
         with self._lock:
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, daemon=True, name="hand-overs")
                 self._thread.start()
         done: Future = Future()
@@ -76,6 +76,8 @@ class HandOvers(Generic[Request, Result]):
     def _commit_group(self, group: Sequence[tuple[Request, Future]]) -> None:
         try:
             results = self._commit([request for request, _ in group])
+            if len(results) != len(group):
+                raise RuntimeError(f"{len(results)} answers to {len(group)} hand-overs")
         except BaseException as exc:  # each waiting wire re-raises it on its own thread
             if isinstance(exc, OperationalError | InterfaceError):
                 _discard_connection()
