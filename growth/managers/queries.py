@@ -81,6 +81,15 @@ class FromRow:
         return cls(**row)
 
 
+def discard_connection() -> None:
+    """Drop this thread's database connection after it failed (OperationalError,
+    InterfaceError): Django opens a new one on next use."""
+    try:
+        connection.close()
+    except Exception:  # already broken
+        connection.connection = None
+
+
 def load(path: Path) -> dict[str, str]:
     """Return {name: statement} for the blocks in ``path``, fragments spliced in."""
     text = path.read_text()

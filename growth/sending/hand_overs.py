@@ -22,6 +22,8 @@ from typing import Generic, TypeVar
 
 from django.db import InterfaceError, OperationalError, connection
 
+from growth.managers.queries import discard_connection
+
 Request = TypeVar("Request")
 Result = TypeVar("Result")
 
@@ -80,16 +82,9 @@ class HandOvers(Generic[Request, Result]):
                 raise RuntimeError(f"{len(results)} answers to {len(group)} hand-overs")
         except BaseException as exc:  # each waiting wire re-raises it on its own thread
             if isinstance(exc, OperationalError | InterfaceError):
-                _discard_connection()
+                discard_connection()
             for _, done in group:
                 done.set_exception(exc)
             return
         for (_, done), result in zip(group, results, strict=True):
             done.set_result(result)
-
-
-def _discard_connection() -> None:
-    try:
-        connection.close()
-    except Exception:  # already broken: Django opens a new one on next use
-        connection.connection = None

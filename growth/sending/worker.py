@@ -51,6 +51,7 @@ from growth.audience.destinations import classify_recipient_domains
 from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
+from growth.managers.queries import discard_connection
 from growth.managers.sends import Claimed, HandOver
 from growth.models import Campaign, Send, SendTally, Suppression, WorkerHeartbeat
 from growth.observability import metrics
@@ -485,7 +486,7 @@ class Worker:
             self._pacer.observe(batch.destinations, outcomes,
                                 sent_since=time.monotonic() - batch.tally.started)
         except (OperationalError, InterfaceError) as exc:  # only this adaptation of the rates is lost
-            _discard_connection()
+            discard_connection()
             logger.warning("campaign %s: rates not adapted to its answers (%s)", batch.campaign_id,
                            exc, extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
 
@@ -646,7 +647,7 @@ class Worker:
             suppressed = Suppression.objects.suppress_bounced(bounced)
         except Exception as exc:
             if isinstance(exc, OperationalError | InterfaceError):
-                _discard_connection()
+                discard_connection()
             logger.warning("campaign %s: %d hard-bounced addresses not suppressed (%s)",
                            batch.campaign_id, len(bounced), exc, exc_info=exc,
                            extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
@@ -678,7 +679,7 @@ class Worker:
                 return call()
             except (OperationalError, InterfaceError) as exc:
                 logger.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
-                _discard_connection()
+                discard_connection()
                 if deadline is not None and time.monotonic() + delay > deadline:
                     logger.error("giving up: %s", lost)
                     return default
@@ -691,10 +692,3 @@ def _nothing_to_deliver(batch: Batch) -> Delivering:
     delivering = Delivering(batch, [])
     delivering.dealt.set()
     return delivering
-
-
-def _discard_connection() -> None:
-    try:
-        connection.close()
-    except Exception:  # already broken: Django will open a new one on next use
-        connection.connection = None
