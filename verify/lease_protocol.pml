@@ -602,12 +602,16 @@ end:
 }
 
 /* a live worker has the lease's current claim in hand, or its settle waiting */
-#if WORKERS == 2
+#if WORKERS == 1
+#define HELD(l) (held[0] == l_id[l] || pending_id[0] == l_id[l])
+#elif WORKERS == 2
 #define HELD(l) (held[0] == l_id[l] || held[1] == l_id[l] || \
                  pending_id[0] == l_id[l] || pending_id[1] == l_id[l])
-#else
+#elif WORKERS == 3
 #define HELD(l) (held[0] == l_id[l] || held[1] == l_id[l] || held[2] == l_id[l] || \
                  pending_id[0] == l_id[l] || pending_id[1] == l_id[l] || pending_id[2] == l_id[l])
+#else
+#error "the model is written for 1 to 3 workers"
 #endif
 #define EXPIRABLE(l) (l_live[l] && l_worker[l] != NOBODY && !l_expired[l] && \
                       (!HELD(l) || stalls < MAX_STALLS))
