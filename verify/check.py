@@ -51,6 +51,7 @@ LEASE_PROPERTIES = [
     ("status[r]==QUEUED", "P6 a row written by another while its claim is on the wire"),
     ("status[0]==", "P5 a run that stops with a row not final"),
 ]
+PROPERTIES_OF = {MODEL: PROPERTIES, LEASE_MODEL: LEASE_PROPERTIES}
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,7 @@ def run(defines: list[str], *, search: str = "dfs", model: Path = MODEL) -> Run:
         if errors:
             replay = subprocess.run(["spin", "-t", *defines, copy.name], cwd=work,
                                     capture_output=True, text=True).stdout
-            properties = LEASE_PROPERTIES if model == LEASE_MODEL else PROPERTIES
-            trace, assertion = readable(replay, properties)
+            trace, assertion = readable(replay, PROPERTIES_OF[model])
             if "acceptance cycle" in out:
                 assertion = "P5 a cycle in which a row never becomes final"
     return Run(errors=errors,
@@ -229,11 +229,14 @@ def check_mutants() -> bool:
         for mode, result in caught.items():
             print(f"  {mode}: " + ("caught, " + result.assertion if result.errors
                                    else "not caught in this mode"))
-        first = caught[killed[0]]
-        print(f"  shortest counterexample ({killed[0]} receiver):")
-        print("\n".join(f"      {step}" for step in first.trace))
-        print(f"      -> {first.assertion}")
+        print_counterexample(killed[0], caught[killed[0]])
     return ok
+
+
+def print_counterexample(mode: str, result: Run) -> None:
+    print(f"  shortest counterexample ({mode} receiver):")
+    print("\n".join(f"      {step}" for step in result.trace))
+    print(f"      -> {result.assertion}")
 
 
 def check_leases(*, long: bool = False) -> bool:
@@ -262,10 +265,7 @@ def check_leases(*, long: bool = False) -> bool:
         ok &= all(result.errors for result in caught.values())
         killed = [mode for mode, result in caught.items() if result.errors]
         if killed:
-            first = caught[killed[0]]
-            print(f"  shortest counterexample ({killed[0]} receiver):")
-            print("\n".join(f"      {step}" for step in first.trace))
-            print(f"      -> {first.assertion}")
+            print_counterexample(killed[0], caught[killed[0]])
     return ok
 
 
