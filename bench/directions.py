@@ -33,6 +33,12 @@ same checks, changed only where the shape changes them (``bench/directions.sql``
      taken over is no longer ours, and then nothing is written) and writes each row once, with
      the attempt and the hand-over's times the claim did not write. One row version a
      recipient instead of two
+  i  g with the rest of what the engine's claim has to do, in the same statement under the
+     cursor's lock: a free lease (given back, or freed by recovery) taken over whole under a new
+     id; rows behind the cursor due again (retries, an operator's requeue, a paced destination's
+     rows set aside) through an index of their own; paced destinations' shares. In the timed
+     loop nothing is free, due or paced: what those paths cost a batch that takes none of them.
+     ``recover_leases`` frees or ends expired leases (tests/test_bench_directions.py)
   h  g where no index reads a row's state (``STATE_INDEXES`` not copied: the primary key and
      the two uniquenesses are left; the claim walks the primary key), fillfactor 30: the
      settle's one row version is HOT. An upper bound for the shape: the sends list's filters,
@@ -87,6 +93,8 @@ HOT_COLUMNS = ["status", "attempts", "lease_expires_at", "handed_over_at", "clai
 STATE_FLAGS = ["bounce_reported", "complaint_reported"]
 TABLES = ["dir_state", "dir_wide", "dir_sends", "dir_leases", "dir_cursors"]
 NO_NESTLOOP = "engine, enable_nestloop off"
+# i's claim with no destination paced (the bench's campaign has none)
+UNPACED = {"paced": [], "share_ids": [], "share_counts": [], "scan": 0}
 # every index of growth_sends whose key or condition reads a column a settle writes (status,
 # sent_at, the lease, the next attempt, the provider's id, updated_at): with any of them a
 # settle's row version cannot be HOT. What is left: the primary key and the two uniquenesses.
@@ -105,6 +113,7 @@ class Direction:
     plan_fix: bool = True  # the settle planned with a hash join (see the module's docstring)
     cursor: bool = False  # a lease per batch behind a cursor: the claim writes no send row
     by_id: bool = False  # with cursor: the claim walks the primary key (no index on status)
+    complete: bool = False  # with cursor: take-overs, retries and pacing in the claim (i)
 
     @property
     def tables(self) -> list[str]:
@@ -113,6 +122,8 @@ class Direction:
     @property
     def statements(self) -> tuple[str, str]:
         """The names of its (claim, settle) in :func:`statements`."""
+        if self.complete:
+            return ("claim_complete", "settle_cursor")
         if self.cursor:
             return ("claim_cursor_by_id" if self.by_id else "claim_cursor", "settle_cursor")
         if self.split:
@@ -131,6 +142,8 @@ DIRECTIONS = {
     "f": Direction("c + d, fillfactor 30 (room for every claim to be HOT)", split=True, lease=True,
                    fillfactor=30),
     "g": Direction("a lease per batch behind a cursor: one write per recipient", cursor=True),
+    "i": Direction("g with take-overs, retries and pacing in its claim", cursor=True,
+                   complete=True),
     "h": Direction("g, and no index reads a row's state: a HOT settle (fillfactor 30)",
                    cursor=True, by_id=True, fillfactor=30, without=STATE_INDEXES),
 }
@@ -150,7 +163,8 @@ def statements() -> dict[str, str]:
             **{name: loaded[name] for name in ("claim_state", "settle_state", "claim_lease",
                                                "settle_lease", "claim_state_lease",
                                                "settle_state_lease", "claim_cursor",
-                                               "claim_cursor_by_id", "settle_cursor")}}
+                                               "claim_cursor_by_id", "settle_cursor",
+                                               "claim_complete", "recover_leases")}}
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -188,9 +202,13 @@ def create(direction: Direction) -> list[str]:
     """DDL for the direction's (empty) tables and indexes; the indexes come first, as on the
     engine's table, so that the fill pays for them as the build does."""
     drop = f"DROP TABLE IF EXISTS {', '.join(TABLES)} CASCADE"
+    # worker_id NULL: a free lease (i), given back or freed by recovery, for a claim to take over
     ddl = [drop, "CREATE TABLE dir_leases (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-                 "campaign_id bigint NOT NULL, worker_id varchar(200) NOT NULL, "
-                 "expires_at timestamptz NOT NULL, send_ids bigint[] NOT NULL)"]
+                 "campaign_id bigint NOT NULL, worker_id varchar(200), expires_at timestamptz, "
+                 "send_ids bigint[] NOT NULL, handed_over_at timestamptz, "
+                 "takeovers integer NOT NULL DEFAULT 0)",
+           "CREATE INDEX dir_leases_free ON dir_leases (campaign_id, id) WHERE worker_id IS NULL",
+           "CREATE INDEX dir_leases_expiry ON dir_leases (expires_at) WHERE worker_id IS NOT NULL"]
     found = _indexes()
     unknown = set(direction.without) - {name for name, _ in found}
     if unknown:  # a renamed index would be silently kept, and the direction measure nothing
@@ -216,6 +234,13 @@ def create(direction: Direction) -> list[str]:
         ddl.append("ALTER TABLE dir_state ADD FOREIGN KEY (send_id) REFERENCES dir_wide (id)")
     if direction.lease:
         ddl.append(f"ALTER TABLE {direction.tables[-1]} ADD COLUMN lease_id bigint")
+    if direction.complete:  # the rows behind the cursor due again, of all or of one destination
+        # (their condition leaves status out: with h's indexes gone, a settle that changes
+        # status and writes no next attempt stays HOT)
+        ddl += ["CREATE INDEX dir_send_due ON dir_sends (campaign_id, next_attempt_at) "
+                "WHERE next_attempt_at IS NOT NULL",
+                "CREATE INDEX dir_send_due_by_destination ON dir_sends "
+                "(campaign_id, destination_id, next_attempt_at) WHERE next_attempt_at IS NOT NULL"]
     ddl.append("CREATE TABLE dir_cursors (campaign_id bigint PRIMARY KEY, "
                "claimed_to bigint NOT NULL DEFAULT 0)")
     return ddl
@@ -281,7 +306,7 @@ def work(index: int, ready, conninfo: str, key: str, batch_size: int, campaign_i
     settle = NO_FLUSH_WAIT + (PLAN_FIX if direction.plan_fix else "") + sql[settle_name]
     worker_id = f"direction-{key}-{index}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-              "campaign_id": campaign_id, "hand_over": True, "after": 0}
+              "campaign_id": campaign_id, "hand_over": True, "after": 0, **UNPACED}
     with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor,
                          row_factory=dict_row) as conn:
         ready()
@@ -377,7 +402,7 @@ def cost(key: str, *, campaign_id: int, size: int, batch_size: int) -> dict:
     sql = statements()
     worker_id = f"cost-{key}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-              "campaign_id": campaign_id, "hand_over": True, "after": 0}
+              "campaign_id": campaign_id, "hand_over": True, "after": 0, **UNPACED}
     state = "dir_state" if direction.split else "dir_sends"
     key_column = "send_id" if direction.split else "id"
     wal = {"claim": 0, "settle": 0}

@@ -320,3 +320,155 @@ UPDATE dir_sends s
    AND s.id = ANY(coalesce((SELECT send_ids FROM ended), '{}'))
    AND s.status = 'queued' COLLATE "C"
 RETURNING s.id, s.status;
+
+-- claim_complete --
+-- (i) g's claim with everything else the engine's claim has to do, in one statement under the
+-- campaign cursor's lock. Every claim of a campaign takes that lock first, so claims of one
+-- campaign take turns and none can take a row another holds. The batch is either:
+-- 1. a free lease of the campaign, whole, under a new id: given back by a worker, or freed by
+--    recovery after its worker died (its rows were never handed over, or were handed to a
+--    receiver that de-duplicates: then they go again under the same job ids); or
+-- 2. rows behind the cursor that are due again: retries, rows an operator queued again, rows of
+--    a paced destination set aside. Those of a destination not paced, and of each paced one up
+--    to its share (share_ids, share_counts: the tokens it has now); and after them
+-- 3. rows after the cursor, up to the batch's size. While destinations are paced, at most `scan`
+--    of them are walked, and those of a paced destination among them are set aside: due now,
+--    behind the cursor, where 2 takes them as their destination's tokens allow. A row set aside
+--    costs a second write; only a paced destination's rows, sent at the paced rate, pay it.
+-- Whatever is behind the cursor, queued and in no lease has next_attempt_at set: that is how 2
+-- finds it. The opt-out check is a read, as in g; the settle writes what it found.
+WITH cursor AS MATERIALIZED (
+    SELECT claimed_to
+      FROM dir_cursors
+     WHERE campaign_id = %(campaign_id)s
+       AND EXISTS (SELECT 1 FROM growth_campaigns c
+                    WHERE c.id = %(campaign_id)s AND c.status = 'sending')
+       FOR UPDATE
+), freed AS MATERIALIZED (
+    DELETE FROM dir_leases l
+     WHERE l.id = (SELECT f.id
+                     FROM dir_leases f
+                    WHERE f.campaign_id = %(campaign_id)s
+                      AND f.worker_id IS NULL
+                      AND EXISTS (SELECT 1 FROM cursor)
+                    ORDER BY f.id
+                    LIMIT 1
+                      FOR UPDATE SKIP LOCKED)
+    RETURNING l.send_ids, l.takeovers
+), retried AS MATERIALIZED (
+    UPDATE dir_sends s
+       SET next_attempt_at = NULL
+     WHERE s.id = ANY(ARRAY(
+               (SELECT r.id
+                  FROM dir_sends r
+                 WHERE r.campaign_id = %(campaign_id)s
+                   AND r.next_attempt_at <= now()
+                   AND r.status = 'queued'
+                   AND (r.destination_id IS NULL OR r.destination_id <> ALL(%(paced)s::int[]))
+                   AND EXISTS (SELECT 1 FROM cursor)
+                   AND NOT EXISTS (SELECT 1 FROM freed)
+                 ORDER BY r.next_attempt_at
+                 LIMIT %(batch_size)s)
+               UNION ALL
+               (SELECT share.id
+                  FROM unnest(%(share_ids)s::int[], %(share_counts)s::int[]) AS g(destination_id, n)
+                 CROSS JOIN LATERAL (
+                       SELECT r.id
+                         FROM dir_sends r
+                        WHERE r.campaign_id = %(campaign_id)s
+                          AND r.destination_id = g.destination_id
+                          AND r.next_attempt_at <= now()
+                          AND r.status = 'queued'
+                          AND EXISTS (SELECT 1 FROM cursor)
+                          AND NOT EXISTS (SELECT 1 FROM freed)
+                        ORDER BY r.next_attempt_at
+                        LIMIT g.n) share)))
+       AND s.next_attempt_at <= now()
+       AND s.status = 'queued'
+    RETURNING s.id
+), walked AS MATERIALIZED (
+    SELECT w.id, w.paced
+      FROM (SELECT s.id,
+                   coalesce(s.destination_id = ANY(%(paced)s::int[]), false) AS paced,
+                   count(*) FILTER (WHERE s.destination_id IS NULL
+                                       OR s.destination_id <> ALL(%(paced)s::int[]))
+                       OVER (ORDER BY s.campaign_id, s.id) AS unpaced_so_far
+              FROM dir_sends s
+             WHERE (s.campaign_id, s.id) > (%(campaign_id)s, (SELECT claimed_to FROM cursor))
+               AND (s.campaign_id, s.id) < (%(campaign_id)s + 1, 0)
+               AND s.status = 'queued'
+               AND NOT EXISTS (SELECT 1 FROM freed)
+             ORDER BY s.campaign_id, s.id
+             LIMIT CASE WHEN cardinality(%(paced)s::int[]) = 0
+                        THEN greatest(%(batch_size)s - (SELECT count(*) FROM retried), 0)
+                        ELSE %(scan)s END) w
+     -- the room left: every row up to the last one taken, and the paced ones before the next
+     WHERE w.unpaced_so_far < greatest(%(batch_size)s - (SELECT count(*) FROM retried), 0)
+        OR (NOT w.paced
+            AND w.unpaced_so_far = greatest(%(batch_size)s - (SELECT count(*) FROM retried), 0))
+), set_aside AS (
+    UPDATE dir_sends s
+       SET next_attempt_at = now()
+     WHERE s.id = ANY(ARRAY(SELECT id FROM walked WHERE paced))
+), due AS MATERIALIZED (
+    SELECT unnest(send_ids) AS id FROM freed
+    UNION ALL
+    SELECT id FROM retried
+    UNION ALL
+    SELECT id FROM walked WHERE NOT paced
+), moved AS (
+    UPDATE dir_cursors
+       SET claimed_to = (SELECT max(id) FROM walked)
+     WHERE campaign_id = %(campaign_id)s AND EXISTS (SELECT 1 FROM walked)
+), lease AS (
+    INSERT INTO dir_leases (campaign_id, worker_id, expires_at, send_ids, handed_over_at,
+                            takeovers)
+    SELECT %(campaign_id)s, %(worker_id)s, now() + make_interval(secs => %(lease)s), batch.ids,
+           CASE WHEN %(hand_over)s THEN now() END, coalesce((SELECT takeovers FROM freed), 0)
+      FROM (SELECT ARRAY(SELECT id FROM due ORDER BY id) AS ids) batch
+     WHERE cardinality(batch.ids) > 0
+    RETURNING id
+)
+SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
+       CASE WHEN {{ _blocked }} THEN 'suppressed' ELSE 'sending' END AS status,
+       s.attempts + 1 AS attempts, s.destination_id, (SELECT id FROM lease) AS lease_id
+  FROM dir_sends s
+ WHERE s.id = ANY(ARRAY(SELECT id FROM due));
+
+-- recover_leases --
+-- (i) Leases whose worker died or stalled past their expiry, in one statement. A lease never
+-- handed over (nothing of it went out), or handed to a receiver that de-duplicates and taken
+-- over fewer than max_attempts times, is freed: a claim takes it over whole, under a new id, so
+-- that the late settle of the lease's first holder matches nothing. A lease handed to a plain
+-- receiver, or over the limit, is ended and its rows become 'unknown': nobody can know whether
+-- they went out. This is the only write to a send row outside the settle, and only after a crash.
+WITH expired AS MATERIALIZED (
+    SELECT id, send_ids,
+           handed_over_at IS NULL
+           OR (%(idempotent)s AND takeovers + 1 < %(max_attempts)s) AS again
+      FROM dir_leases
+     WHERE worker_id IS NOT NULL AND expires_at < now()
+     ORDER BY id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), freed AS (
+    UPDATE dir_leases l
+       SET worker_id = NULL, expires_at = NULL, handed_over_at = NULL,
+           takeovers = l.takeovers + CASE WHEN l.handed_over_at IS NULL THEN 0 ELSE 1 END
+      FROM expired e
+     WHERE l.id = e.id AND e.again
+    RETURNING l.id
+), lost AS (
+    DELETE FROM dir_leases l
+     USING expired e
+     WHERE l.id = e.id AND NOT e.again
+    RETURNING l.id
+), unknown AS (
+    UPDATE dir_sends s
+       SET status = 'unknown', last_error = 'lease expired', updated_at = now()
+     WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM expired WHERE NOT again))
+       AND s.status = 'queued'
+    RETURNING s.id
+)
+SELECT (SELECT count(*) FROM freed) AS freed, (SELECT count(*) FROM lost) AS lost,
+       (SELECT count(*) FROM unknown) AS unknown;

@@ -5,6 +5,8 @@ settle writes."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connection
 
@@ -13,7 +15,7 @@ from growth.models import Suppression
 from tests.helpers import concurrently
 from tests.scenarios import sending_campaign
 
-ONE_WRITE = ["g", "h"]
+ONE_WRITE = ["g", "h", "i"]
 
 
 @pytest.fixture
@@ -39,7 +41,7 @@ def _rows(cursor) -> list[dict]:
 def _claim(cursor, sql: str, *, campaign_id: int, worker_id: str, batch_size: int) -> list[dict]:
     cursor.execute(sql, {"campaign_id": campaign_id, "worker_id": worker_id,
                          "batch_size": batch_size, "lease": directions.LEASE, "hand_over": True,
-                         "after": 0})
+                         "after": 0, **directions.UNPACED})
     return _rows(cursor)
 
 
@@ -113,3 +115,154 @@ def test_an_opt_out_found_by_the_claim_is_written_by_the_settle(key, drop_copies
         settled = _settle(cursor, settle, key, rows, campaign_id=campaign.id, worker_id="w")
     assert settled[first_id] == "suppressed"
     assert sorted(settled.values()) == ["sent", "sent", "suppressed"]
+
+
+# -- i: g's claim with take-overs, retries and pacing --------------------------------------------
+
+PACED, OTHER = 1, 2  # destination ids on the copy (it has no foreign keys)
+
+
+def _copied_campaign(count: int):
+    """A sending campaign of ``count`` rows, and i's copy of it."""
+    campaign = sending_campaign(count=count)
+    directions.fill(directions.DIRECTIONS["i"], campaign.id)
+    return campaign
+
+
+def _claim_i(cursor, *, campaign_id: int, worker_id: str, batch_size: int, shares=None,
+             hand_over: bool = True, scan: int = 20) -> list[dict]:
+    shares = shares or {}
+    cursor.execute(directions.statements()["claim_complete"], {
+        "campaign_id": campaign_id, "worker_id": worker_id, "batch_size": batch_size,
+        "lease": directions.LEASE, "hand_over": hand_over, "paced": list(shares),
+        "share_ids": list(shares), "share_counts": list(shares.values()), "scan": scan})
+    return _rows(cursor)
+
+
+def _settle_i(cursor, rows: list[dict], outcomes: dict[int, str], *, campaign_id: int,
+              worker_id: str) -> dict[int, str]:
+    params = directions._settle_params(directions.DIRECTIONS["i"], rows, campaign_id, worker_id)
+    params["outcomes"] = [outcomes.get(row["id"], outcome)
+                          for row, outcome in zip(rows, params["outcomes"], strict=True)]
+    params["backoff_base"] = 0.0  # a transient failure is due again at once
+    cursor.execute(directions.statements()["settle_cursor"], params)
+    return {row["id"]: row["status"] for row in _rows(cursor)}
+
+
+def _recover(cursor, *, idempotent: bool, max_attempts: int = 5) -> dict:
+    cursor.execute("UPDATE dir_leases SET expires_at = now() - interval '1 second' "
+                   "WHERE worker_id IS NOT NULL")
+    cursor.execute(directions.statements()["recover_leases"],
+                   {"idempotent": idempotent, "max_attempts": max_attempts, "limit": 100})
+    return _rows(cursor)[0]
+
+
+def _leases() -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, worker_id, send_ids, takeovers FROM dir_leases ORDER BY id")
+        return cursor.fetchall()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i_racing_claimers_with_retries_and_a_paced_destination_take_each_row_when_due_once(
+        drop_copies):
+    campaign = _copied_campaign(150)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE dir_sends SET destination_id = CASE WHEN id %% 3 = 0 THEN %s "
+                       "ELSE %s END", [PACED, OTHER])
+    ids = [row[0] for row in _copy("id")]
+    refused_once = {i for i in ids if i % 5 == 0}  # a transient failure at the first attempt
+
+    def claim_and_settle_until_done(n: int) -> list[list[int]]:
+        batches = []
+        deadline = time.monotonic() + 30
+        with connection.cursor() as cursor:
+            while time.monotonic() < deadline:
+                rows = _claim_i(cursor, campaign_id=campaign.id, worker_id=f"w{n}", batch_size=7,
+                                shares={PACED: 2})
+                if not rows:
+                    cursor.execute("SELECT count(*) FROM dir_sends WHERE status = 'queued'")
+                    if cursor.fetchone() == (0,):
+                        return batches
+                    continue  # another worker's rows are on their way back
+                batches.append([row["id"] for row in rows])
+                outcomes = {row["id"]: "transient" for row in rows
+                            if row["id"] in refused_once and row["attempts"] == 1}
+                settled = _settle_i(cursor, rows, outcomes, campaign_id=campaign.id,
+                                    worker_id=f"w{n}")
+                assert set(settled) == {row["id"] for row in rows}
+        raise AssertionError("rows are left queued that no claim takes")
+
+    workers = concurrently(4, claim_and_settle_until_done)
+    assert sum(1 for batches in workers if batches) > 1  # the work really was shared
+    batches = [batch for worker in workers for batch in worker]
+    taken = [send_id for batch in batches for send_id in batch]
+    assert sorted(taken) == sorted(ids + sorted(refused_once))  # each row once, a refused one twice
+    paced_rows = {i for i in ids if i % 3 == 0}
+    assert max(len(paced_rows.intersection(batch)) for batch in batches) == 2  # its share, no more
+    assert {row for row in _copy("status, attempts, next_attempt_at")} == {
+        ("sent", 1, None), ("sent", 2, None)}
+    assert _leases() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i_a_paced_destination_without_tokens_is_set_aside_and_taken_as_its_share_allows(
+        drop_copies):
+    campaign = _copied_campaign(6)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE dir_sends SET destination_id = %s", [PACED])
+        assert _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=4,
+                        shares={PACED: 0}, scan=4) == []
+        assert [row[0] is not None for row in _copy("next_attempt_at")] == [True] * 4 + [False] * 2
+        assert _leases() == []  # set aside, not leased
+
+        first = _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=4,
+                         shares={PACED: 3}, scan=4)
+    assert [row["id"] for row in first] == [row[0] for row in _copy("id")][:3]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i_an_expired_lease_never_handed_over_is_taken_over_whole_and_its_late_settle_writes_nothing(
+        drop_copies):
+    campaign = _copied_campaign(5)
+    with connection.cursor() as cursor:
+        stalled = _claim_i(cursor, campaign_id=campaign.id, worker_id="stalled", batch_size=5,
+                           hand_over=False)
+        assert _recover(cursor, idempotent=False) == {"freed": 1, "lost": 0, "unknown": 0}
+        again = _claim_i(cursor, campaign_id=campaign.id, worker_id="alive", batch_size=5)
+        assert [row["id"] for row in again] == [row["id"] for row in stalled]
+        assert again[0]["lease_id"] != stalled[0]["lease_id"]  # a take-over is a new claim
+
+        assert _settle_i(cursor, stalled, {}, campaign_id=campaign.id, worker_id="stalled") == {}
+        assert _copy("status") == [("queued",)] * 5
+        assert set(_settle_i(cursor, again, {}, campaign_id=campaign.id,
+                             worker_id="alive").values()) == {"sent"}
+    assert _leases() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i_an_expired_lease_handed_to_a_plain_receiver_ends_unknown(drop_copies):
+    campaign = _copied_campaign(3)
+    with connection.cursor() as cursor:
+        _claim_i(cursor, campaign_id=campaign.id, worker_id="dead", batch_size=3)
+        assert _recover(cursor, idempotent=False) == {"freed": 0, "lost": 1, "unknown": 3}
+        assert _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=3) == []
+    assert _copy("status") == [("unknown",)] * 3
+    assert _leases() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i_a_lease_handed_to_an_idempotent_receiver_goes_again_until_the_attempt_limit(
+        drop_copies):
+    campaign = _copied_campaign(2)
+    with connection.cursor() as cursor:
+        first = _claim_i(cursor, campaign_id=campaign.id, worker_id="dead-1", batch_size=2)
+        assert _recover(cursor, idempotent=True, max_attempts=3)["freed"] == 1
+        second = _claim_i(cursor, campaign_id=campaign.id, worker_id="dead-2", batch_size=2)
+        assert [(r["id"], r["job_id"]) for r in second] == [(r["id"], r["job_id"]) for r in first]
+        assert _leases()[0][3] == 1  # taken over once
+        assert _recover(cursor, idempotent=True, max_attempts=3)["freed"] == 1
+        _claim_i(cursor, campaign_id=campaign.id, worker_id="dead-3", batch_size=2)
+        assert _recover(cursor, idempotent=True, max_attempts=3) == {
+            "freed": 0, "lost": 1, "unknown": 2}
+    assert _copy("status") == [("unknown",)] * 2
