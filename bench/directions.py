@@ -164,7 +164,9 @@ def statements() -> dict[str, str]:
                                                "settle_lease", "claim_state_lease",
                                                "settle_state_lease", "claim_cursor",
                                                "claim_cursor_by_id", "settle_cursor",
-                                               "claim_complete", "recover_leases")}}
+                                               "claim_complete", "recover_leases",
+                                               "release_lease", "cancel_rows", "requeue_unknown",
+                                               "on_the_wire", "finished")}}
 
 
 # -- the tables -----------------------------------------------------------------------------------

@@ -433,28 +433,34 @@ SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
        CASE WHEN {{ _blocked }} THEN 'suppressed' ELSE 'sending' END AS status,
        s.attempts + 1 AS attempts, s.destination_id, (SELECT id FROM lease) AS lease_id
   FROM dir_sends s
- WHERE s.id = ANY(ARRAY(SELECT id FROM due));
+ WHERE s.id = ANY(ARRAY(SELECT id FROM due))
+   AND s.status = 'queued';  -- a free lease's row another writer moved on is not sent again
 
 -- recover_leases --
 -- (i) Leases whose worker died or stalled past their expiry, in one statement. A lease never
 -- handed over (nothing of it went out), or handed to a receiver that de-duplicates and taken
 -- over fewer than max_attempts times, is freed: a claim takes it over whole, under a new id, so
--- that the late settle of the lease's first holder matches nothing. A lease handed to a plain
--- receiver, or over the limit, is ended and its rows become 'unknown': nobody can know whether
--- they went out. This is the only write to a send row outside the settle, and only after a crash.
+-- that the late settle of the lease's first holder matches nothing. Otherwise, or in a cancelled
+-- campaign, the lease ends and its rows are written: 'unknown' if it was handed over (nobody can
+-- know whether they went out), 'cancelled' if not. The only write to a send row outside the
+-- settle, and only after a crash. The campaign is read under FOR SHARE, so that a cancel
+-- committing meanwhile cannot leave a freed lease in a cancelled campaign, where nothing claims.
+-- (The engine locks the campaigns first, in a statement of their own, as recover_expired does.)
 WITH expired AS MATERIALIZED (
-    SELECT id, send_ids,
-           handed_over_at IS NULL
-           OR (%(idempotent)s AND takeovers + 1 < %(max_attempts)s) AS again
-      FROM dir_leases
-     WHERE worker_id IS NOT NULL AND expires_at < now()
-     ORDER BY id
+    SELECT l.id, l.send_ids, l.handed_over_at IS NOT NULL AS handed,
+           c.status <> 'cancelled'
+           AND (l.handed_over_at IS NULL
+                OR (%(idempotent)s AND l.takeovers + 1 < %(max_attempts)s)) AS again
+      FROM dir_leases l
+      JOIN growth_campaigns c ON c.id = l.campaign_id
+     WHERE l.worker_id IS NOT NULL AND l.expires_at < now()
+     ORDER BY l.id
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
+       FOR SHARE OF c FOR UPDATE OF l SKIP LOCKED
 ), freed AS (
     UPDATE dir_leases l
        SET worker_id = NULL, expires_at = NULL, handed_over_at = NULL,
-           takeovers = l.takeovers + CASE WHEN l.handed_over_at IS NULL THEN 0 ELSE 1 END
+           takeovers = l.takeovers + CASE WHEN e.handed THEN 1 ELSE 0 END
       FROM expired e
      WHERE l.id = e.id AND e.again
     RETURNING l.id
@@ -463,12 +469,100 @@ WITH expired AS MATERIALIZED (
      USING expired e
      WHERE l.id = e.id AND NOT e.again
     RETURNING l.id
-), unknown AS (
+), written AS (
     UPDATE dir_sends s
-       SET status = 'unknown', last_error = 'lease expired', updated_at = now()
-     WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM expired WHERE NOT again))
+       SET status = CASE WHEN e.handed THEN 'unknown' ELSE 'cancelled' END,
+           last_error = 'lease expired', updated_at = now()
+      FROM (SELECT unnest(send_ids) AS id, handed FROM expired WHERE NOT again) e
+     WHERE s.id = e.id
+       AND s.status = 'queued'
+    RETURNING s.status
+)
+SELECT (SELECT count(*) FROM freed) AS freed, (SELECT count(*) FROM lost) AS lost,
+       (SELECT count(*) FROM written WHERE status = 'unknown') AS unknown,
+       (SELECT count(*) FROM written WHERE status = 'cancelled') AS cancelled;
+
+-- release_lease --
+-- (i) A worker gives back the lease it will not send (the engine paused the campaign): freed for
+-- a take-over if nothing of it went out, or it went to a receiver that de-duplicates; in a
+-- cancelled campaign (locked first, as cancel locks it) the lease ends and its rows are
+-- cancelled. A lease handed to a plain receiver stays to its expiry: its rows may have gone out.
+WITH campaign AS MATERIALIZED (
+    SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE
+), mine AS MATERIALIZED (
+    SELECT l.id, l.send_ids
+      FROM dir_leases l
+     WHERE l.id = %(lease_id)s AND l.worker_id = %(worker_id)s
+       AND (l.handed_over_at IS NULL OR %(idempotent)s)
+       AND EXISTS (SELECT 1 FROM campaign)
+       FOR UPDATE
+), freed AS (
+    UPDATE dir_leases l
+       SET worker_id = NULL, expires_at = NULL, handed_over_at = NULL
+     WHERE l.id IN (SELECT id FROM mine) AND (SELECT status FROM campaign) <> 'cancelled'
+    RETURNING l.id
+), ended AS (
+    DELETE FROM dir_leases l
+     WHERE l.id IN (SELECT id FROM mine) AND (SELECT status FROM campaign) = 'cancelled'
+    RETURNING l.send_ids
+), cancelled AS (
+    UPDATE dir_sends s
+       SET status = 'cancelled', updated_at = now()
+     WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM ended))
        AND s.status = 'queued'
     RETURNING s.id
 )
-SELECT (SELECT count(*) FROM freed) AS freed, (SELECT count(*) FROM lost) AS lost,
-       (SELECT count(*) FROM unknown) AS unknown;
+SELECT (SELECT count(*) FROM freed) AS freed, (SELECT count(*) FROM cancelled) AS cancelled;
+
+-- cancel_rows --
+-- (i) A cancel's rows, after the campaign row was locked and set 'cancelled' (lock_campaign,
+-- cancel): under the cursor's lock, so that no claim runs meanwhile, the free leases end, and
+-- every queued row no worker holds is cancelled, the ones due again included (their
+-- next_attempt_at cleared with them: nothing else behind the cursor has one). The rows of a live
+-- lease are on the wire: their settle writes them (a transient outcome as 'cancelled').
+WITH cursor AS MATERIALIZED (
+    SELECT claimed_to FROM dir_cursors WHERE campaign_id = %(campaign_id)s FOR UPDATE
+), free AS (
+    DELETE FROM dir_leases
+     WHERE campaign_id = %(campaign_id)s AND worker_id IS NULL
+       AND EXISTS (SELECT 1 FROM cursor)
+), held AS MATERIALIZED (
+    SELECT unnest(send_ids) AS id
+      FROM dir_leases
+     WHERE campaign_id = %(campaign_id)s AND worker_id IS NOT NULL
+       AND EXISTS (SELECT 1 FROM cursor)
+)
+UPDATE dir_sends s
+   SET status = 'cancelled', next_attempt_at = NULL, updated_at = now()
+ WHERE s.campaign_id = %(campaign_id)s
+   AND s.status = 'queued'
+   AND s.id NOT IN (SELECT id FROM held)
+   AND EXISTS (SELECT 1 FROM cursor)
+RETURNING s.id;
+
+-- requeue_unknown --
+-- (i) An operator's retry of 'unknown' rows: queued again with the same job id, due at once
+-- behind the cursor, where the claim's retry path finds them.
+UPDATE dir_sends s
+   SET status = 'queued', next_attempt_at = now(), updated_at = now(),
+       last_error = 'requeued by an operator after: ' || s.last_error
+ WHERE s.id = ANY(%(ids)s::bigint[])
+   AND s.status = 'unknown'
+RETURNING s.id;
+
+-- on_the_wire --
+-- (i) The rows each worker holds, from the live leases: what the admin's workers page and the
+-- live monitor count as on the wire. A row in flight is 'queued' in growth_sends.
+SELECT worker_id, sum(cardinality(send_ids))::int AS rows_held, min(expires_at) AS lease_ends_at
+  FROM dir_leases
+ WHERE campaign_id = %(campaign_id)s AND worker_id IS NOT NULL
+ GROUP BY worker_id
+ ORDER BY worker_id;
+
+-- finished --
+-- (i) Nothing left to send: no row queued, since a row in flight, in a free lease or due again
+-- is 'queued'. One probe that stops at the first.
+SELECT (SELECT 1
+          FROM dir_sends s
+         WHERE s.campaign_id = %(campaign_id)s AND s.status = 'queued'
+         LIMIT 1) IS NULL AS finished;
