@@ -166,7 +166,8 @@ def statements() -> dict[str, str]:
                                                "claim_cursor_by_id", "settle_cursor",
                                                "claim_complete", "recover_leases",
                                                "release_lease", "cancel_rows", "requeue_unknown",
-                                               "on_the_wire", "finished")}}
+                                               "on_the_wire", "finished", "hand_over_lease",
+                                               "blocked_rows")}}
 
 
 # -- the tables -----------------------------------------------------------------------------------

@@ -299,7 +299,9 @@ SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
 -- settle_cursor --
 -- (g, h) The settle of one lease: it ends the lease (DELETE ... WHERE worker_id = me: a lease taken
 -- over by a recovery is no longer ours, and then nothing is written), and writes each of its rows
--- once, with what the claim did not write (the attempt, the hand-over's times).
+-- once, with what the claim did not write (the attempt, the hand-over's times). A row that
+-- recovery made 'unknown' from this very lease (it wrote the lease's id on the row) while the
+-- worker was slow, and that is now known accepted, becomes 'sent', as in today's settle.
 WITH {{ _campaign_for_share }}, ended AS MATERIALIZED (
     DELETE FROM dir_leases
      WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
@@ -317,8 +319,10 @@ UPDATE dir_sends s
  WHERE s.id = ANY(%(ids)s::bigint[])
    AND s.id = r.id
    AND s.campaign_id = c.id
-   AND s.id = ANY(coalesce((SELECT send_ids FROM ended), '{}'))
-   AND s.status = 'queued' COLLATE "C"
+   AND ((s.id = ANY(coalesce((SELECT send_ids FROM ended), '{}'))
+         AND s.status = 'queued' COLLATE "C")
+        OR (r.outcome = 'sent' AND s.status = 'unknown' COLLATE "C"
+            AND s.claimed_by = 'lease ' || %(lease_id)s))
 RETURNING s.id, s.status;
 
 -- claim_complete --
@@ -472,8 +476,11 @@ WITH expired AS MATERIALIZED (
 ), written AS (
     UPDATE dir_sends s
        SET status = CASE WHEN e.handed THEN 'unknown' ELSE 'cancelled' END,
+           -- the lease's id: its late settle may still say 'sent' (see settle_cursor)
+           claimed_by = 'lease ' || e.lease_id,
            last_error = 'lease expired', updated_at = now()
-      FROM (SELECT unnest(send_ids) AS id, handed FROM expired WHERE NOT again) e
+      FROM (SELECT unnest(send_ids) AS id, handed, id AS lease_id
+              FROM expired WHERE NOT again) e
      WHERE s.id = e.id
        AND s.status = 'queued'
     RETURNING s.status
@@ -566,3 +573,26 @@ SELECT (SELECT 1
           FROM dir_sends s
          WHERE s.campaign_id = %(campaign_id)s AND s.status = 'queued'
          LIMIT 1) IS NULL AS finished;
+
+-- hand_over_lease --
+-- (i) A plain receiver's hand-over: this claim's lease stamped, committed (and flushed) before
+-- the wire takes its rows, with the opt-outs read once more: its rows, and which of them an
+-- opt-out now blocks. A lease no longer this claim's (taken over, ended) is not stamped and
+-- returns nothing: nothing of it is sent.
+WITH stamped AS MATERIALIZED (
+    UPDATE dir_leases
+       SET handed_over_at = now()
+     WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
+    RETURNING send_ids
+)
+SELECT s.id, {{ _blocked }} AS blocked
+  FROM dir_sends s
+ WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM stamped));
+
+-- blocked_rows --
+-- (i) A receiver that de-duplicates, before the wire: a read of which of these rows an opt-out
+-- now blocks (the claim handed them over already).
+SELECT s.id
+  FROM dir_sends s
+ WHERE s.id = ANY(%(ids)s::bigint[])
+   AND {{ _blocked }};

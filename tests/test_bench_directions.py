@@ -247,15 +247,22 @@ def test_i_an_expired_lease_never_handed_over_is_taken_over_whole_and_its_late_s
 
 
 @pytest.mark.django_db(transaction=True)
-def test_i_an_expired_lease_handed_to_a_plain_receiver_ends_unknown(drop_copies):
+def test_i_an_expired_lease_handed_to_a_plain_receiver_ends_unknown_until_its_late_settle_says_sent(
+        drop_copies):
     campaign = _copied_campaign(3)
     with connection.cursor() as cursor:
-        _claim_i(cursor, campaign_id=campaign.id, worker_id="dead", batch_size=3)
+        slow = _claim_i(cursor, campaign_id=campaign.id, worker_id="slow", batch_size=3)
         assert _recover(cursor, idempotent=False) == {"freed": 0, "lost": 1, "unknown": 3,
                                                          "cancelled": 0}
         assert _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=3) == []
-    assert _copy("status") == [("unknown",)] * 3
-    assert _leases() == []
+        assert _copy("status") == [("unknown",)] * 3
+        assert _leases() == []
+
+        first, second, third = sorted(row["id"] for row in slow)
+        late = _settle_i(cursor, slow, {second: "transient", third: "permanent"},
+                         campaign_id=campaign.id, worker_id="slow")
+    assert late == {first: "sent"}  # known now; the others stay for an operator
+    assert _copy("status") == [("sent",), ("unknown",), ("unknown",)]
 
 
 @pytest.mark.django_db(transaction=True)

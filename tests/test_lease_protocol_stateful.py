@@ -1,0 +1,309 @@
+"""The next send protocol's statements (shape i of bench/directions.sql: a lease per batch behind a
+campaign cursor, docs/one-write-per-recipient.md) as a state machine, before the engine runs them:
+hypothesis drives two workers (claiming with and without a paced destination, handing over,
+sending, settling, dying, stalling past their lease), recovery, opt-outs and an operator (cancel,
+requeue an unknown row) against the real database in whatever order it finds, and checks the
+promises after every step, then once more after running the campaign to its end.
+
+It covers what spin could not: a lease of two rows with two live workers
+(verify/lease_protocol.pml stops at 1 row x 2 workers, or 2 rows x 1). A longer search:
+LEASE_EXAMPLES=2000 (and LEASE_STEPS=50).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+from django.db import connection
+from hypothesis import HealthCheck, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from bench import directions
+from growth.models import Suppression
+from tests.scenarios import sending_campaign
+
+EXAMPLES = int(os.environ.get("LEASE_EXAMPLES", 200))
+STEPS = int(os.environ.get("LEASE_STEPS", 30))
+WORKERS = ("w1", "w2")
+ROWS, BATCH = 4, 2
+PACED, OTHER = 1, 2  # destination ids on the copy: rows 0 and 2 go to the paced one
+MAX_ATTEMPTS = 3
+SENT, TRANSIENT, PERMANENT = "sent", "transient", "permanent"
+DIES, STALLS = "dies", "stalls past its lease"
+FATES = (SENT, TRANSIENT, PERMANENT, DIES, STALLS)
+FINAL = {"sent", "failed", "suppressed", "unknown", "cancelled"}
+
+
+@dataclass
+class Hand:
+    """What a worker holds in memory between its steps; lost when it dies."""
+
+    lease_id: int
+    rows: list[dict]  # as the claim returned them
+    checked_at: int = 0  # the clock at the last check before the wire (0: not yet)
+    to_send: list[dict] = field(default_factory=list)
+    outcomes: dict[int, str] = field(default_factory=dict)
+
+
+class LeaseProtocol(RuleBasedStateMachine):
+    idempotent: bool  # the receiver's kind: set by the subclasses below
+    campaign = None  # built by the first example of a test, reused by the others
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = 0
+        self.hands: dict[str, Hand | None] = dict.fromkeys(WORKERS)
+        self.fresh: Counter[str] = Counter()  # job id -> deliveries since the operator's last requeue
+        self.delivered: set[str] = set()  # job ids the recipient got at least once
+        self.opted_out_at: dict[str, int] = {}  # address -> clock when its opt-out committed
+        self.cancelled = False
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    @initialize()
+    def a_sending_campaign_and_its_copy(self) -> None:
+        """The test's campaign, built once, and its copy as built, again for each example (a
+        fresh copy's tables and statistics cost a second an example)."""
+        if LeaseProtocol.campaign is None:
+            LeaseProtocol.campaign = sending_campaign(count=ROWS)
+            directions.fill(directions.DIRECTIONS["i"], LeaseProtocol.campaign.id)
+        campaign = LeaseProtocol.campaign
+        self.campaign_id, self.account_id = campaign.id, campaign.account_id
+        columns = ", ".join(directions._columns())
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE growth_campaigns SET status = 'sending' WHERE id = %s",
+                           [campaign.id])
+            cursor.execute("DELETE FROM growth_suppressions WHERE account_id = %s",
+                           [campaign.account_id])
+            cursor.execute("TRUNCATE dir_leases, dir_sends")
+            cursor.execute(f"INSERT INTO dir_sends ({columns}) SELECT {columns} FROM growth_sends "
+                           "WHERE campaign_id = %s", [campaign.id])
+            cursor.execute("UPDATE dir_cursors SET claimed_to = 0")
+        rows = self._sql_raw("SELECT id, email_lower, job_id FROM dir_sends ORDER BY id")
+        self.ids = [row[0] for row in rows]
+        self.address = {row[0]: row[1] for row in rows}
+        self.job = {row[0]: row[2] for row in rows}
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE dir_sends SET destination_id = CASE WHEN id = ANY(%s) "
+                           "THEN %s ELSE %s END", [self.ids[::2], PACED, OTHER])
+
+    # --- the actors ------------------------------------------------------------------------------
+
+    @rule(worker=st.sampled_from(WORKERS), fate=st.sampled_from(FATES),
+          share=st.sampled_from([None, 0, 1]))
+    def worker_moves(self, worker: str, fate: str, share: int | None) -> None:
+        """The worker's next move, in the order of the engine's loop: idle, it claims (with the
+        paced destination's share of tokens, or nothing paced); then it checks its rows before
+        the wire (a plain receiver's hand-over, or an idempotent one's read of the opt-outs),
+        sends them one by one (the receiver answering ``fate``), and settles. Or it dies (its
+        memory is lost, its lease stays until it expires), or stalls: its lease runs out and is
+        recovered before its move."""
+        hand = self.hands[worker]
+        if fate == DIES:
+            if hand is not None:
+                note(f"{worker} dies holding lease {hand.lease_id}")
+            self.hands[worker] = None
+            return
+        if fate == STALLS:
+            self._expire(worker)
+        if hand is None:
+            self._claim(worker, share)
+        elif not hand.checked_at:
+            self._check(worker, hand)
+        elif hand.to_send:
+            self._send(worker, hand, SENT if fate == STALLS else fate)
+        else:
+            self._settle(worker, hand)
+
+    @rule()
+    def time_passes(self) -> None:
+        """Every live lease runs out; recovery frees or ends each."""
+        self._expire(None)
+
+    @rule(index=st.integers(0, ROWS - 1))
+    def recipient_opts_out(self, index: int) -> None:
+        """A recipient opts out: one a worker holds if there is one (where it matters most)."""
+        held = sorted({row["id"] for hand in self.hands.values() if hand for row in hand.rows})
+        address = self.address[held[index % len(held)] if held else self.ids[index]]
+        if address not in self.opted_out_at:
+            Suppression.objects.suppress(account_id=self.account_id, email_lower=address,
+                                         reason="unsubscribed")
+            self.opted_out_at[address] = self.tick()
+            note(f"{address} opts out")
+
+    @rule()
+    def operator_cancels(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self._sql_raw("UPDATE growth_campaigns SET status = 'cancelled' WHERE id = %s",
+                          [self.campaign_id], fetch=False)
+            cancelled = self._sql("cancel_rows", campaign_id=self.campaign_id)
+            note(f"operator cancels: rows {sorted(r['id'] for r in cancelled)}")
+
+    @rule()
+    def operator_requeues_the_unknown(self) -> None:
+        unknown = [row[0] for row in self._sql_raw(
+            "SELECT id FROM dir_sends WHERE status = 'unknown'")]
+        if unknown and not self.cancelled:
+            for send_id in self._sql("requeue_unknown", ids=unknown):
+                self.fresh[self.job[send_id["id"]]] = 0  # the operator accepts a duplicate
+            note(f"operator requeues {unknown}")
+
+    # --- the promises, after every step ----------------------------------------------------------
+
+    @invariant()
+    def leases_are_disjoint_hold_queued_rows_and_no_row_due_again(self) -> None:  # P4
+        if not hasattr(self, "ids"):
+            return
+        held = Counter(row_id for (ids,) in self._sql_raw("SELECT send_ids FROM dir_leases")
+                       for row_id in ids)
+        assert all(n == 1 for n in held.values()), f"two leases hold a row: {held}"
+        rows = {row[0]: row[1:] for row in self._sql_raw(
+            "SELECT id, status, next_attempt_at FROM dir_sends")}
+        for row_id in held:
+            assert rows[row_id][0] == "queued", f"row {row_id} in a lease is {rows[row_id][0]}"
+        for row_id, (status, due) in rows.items():
+            assert due is None or (status == "queued" and row_id not in held), (
+                f"row {row_id} due again is {status}, or in a lease")
+
+    @invariant()
+    def one_delivery_per_job_between_requeues_and_none_sent_without_one(self) -> None:  # P1, P2
+        assert all(n <= 1 for n in self.fresh.values()), f"delivered twice: {self.fresh}"
+        if hasattr(self, "ids"):
+            for row_id, status in self._sql_raw("SELECT id, status FROM dir_sends"):
+                assert status != "sent" or self.job[row_id] in self.delivered, (
+                    f"row {row_id} is sent and was never delivered")
+
+    def teardown(self) -> None:
+        """Run the campaign to its end (every lease recovered, one worker that never dies), then
+        every row must be final, and P1 still hold."""
+        if hasattr(self, "ids"):
+            self.hands = dict.fromkeys(WORKERS)
+            self._expire(None)
+            while self._claim("closer", None):
+                hand = self.hands["closer"]
+                self._check("closer", hand)
+                while hand.to_send:
+                    self._send("closer", hand, SENT)
+                self._settle("closer", hand)
+            statuses = dict(self._sql_raw("SELECT id, status FROM dir_sends"))
+            assert set(statuses.values()) <= FINAL, f"not final at the end: {statuses}"
+            assert self._sql("finished", campaign_id=self.campaign_id) == [{"finished": True}]
+            self.one_delivery_per_job_between_requeues_and_none_sent_without_one()
+        super().teardown()
+
+    # --- the steps -------------------------------------------------------------------------------
+
+    def _claim(self, worker: str, share: int | None) -> bool:
+        shares = {} if share is None else {PACED: share}
+        rows = self._sql("claim_complete", campaign_id=self.campaign_id, worker_id=worker,
+                         batch_size=BATCH, lease=directions.LEASE, hand_over=self.idempotent,
+                         paced=list(shares), share_ids=list(shares),
+                         share_counts=list(shares.values()), scan=ROWS)
+        if not rows:
+            return False
+        hand = Hand(lease_id=rows[0]["lease_id"], rows=rows)
+        hand.outcomes = {row["id"]: "suppressed" for row in rows if row["status"] == "suppressed"}
+        self.hands[worker] = hand
+        note(f"{worker} claims lease {hand.lease_id}: {sorted(r['id'] for r in rows)}")
+        return True
+
+    def _check(self, worker: str, hand: Hand) -> None:
+        ids = [row["id"] for row in hand.rows if row["id"] not in hand.outcomes]
+        if self.idempotent:
+            blocked = {row["id"] for row in self._sql("blocked_rows", ids=ids)}
+        else:
+            stamped = self._sql("hand_over_lease", lease_id=hand.lease_id, worker_id=worker)
+            if not stamped:  # taken over, or ended: not ours, nothing of it is sent
+                note(f"{worker} hand-over of lease {hand.lease_id}: not ours any more")
+                self.hands[worker] = None
+                return
+            blocked = {row["id"] for row in stamped if row["blocked"]}
+        hand.checked_at = self.tick()
+        hand.outcomes.update(dict.fromkeys(blocked, "suppressed"))
+        hand.to_send = [row for row in hand.rows if row["id"] not in hand.outcomes]
+
+    def _send(self, worker: str, hand: Hand, fate: str) -> None:
+        row = hand.to_send.pop(0)
+        job, address = row["job_id"], self.address[row["id"]]
+        if fate == SENT:
+            opted_out = self.opted_out_at.get(address)
+            assert opted_out is None or opted_out > hand.checked_at, (  # P3
+                f"{address} opted out before the last check and got {job}")
+            if not (self.idempotent and job in self.delivered):  # else absorbed by the receiver
+                self.fresh[job] += 1
+            self.delivered.add(job)
+        hand.outcomes[row["id"]] = fate
+        self.tick()
+
+    def _settle(self, worker: str, hand: Hand) -> None:
+        params = directions._settle_params(directions.DIRECTIONS["i"], hand.rows,
+                                           self.campaign_id, worker)
+        params["outcomes"] = [hand.outcomes[row["id"]] for row in hand.rows]
+        params["backoff_base"] = 0.0  # a retry is due at once
+        settled = {row["id"]: row["status"] for row in self._sql("settle_cursor", **params)}
+        note(f"{worker} settles lease {hand.lease_id} {hand.outcomes}: {settled}")
+        self.hands[worker] = None
+
+    def _expire(self, worker: str | None) -> None:
+        self._sql_raw("UPDATE dir_leases SET expires_at = now() - interval '1 second' "
+                      "WHERE worker_id IS NOT NULL AND (%s::text IS NULL OR worker_id = %s)",
+                      [worker, worker], fetch=False)
+        recovered = self._sql("recover_leases", idempotent=self.idempotent,
+                              max_attempts=MAX_ATTEMPTS, limit=100)
+        note(f"leases of {worker or 'every worker'} run out: {recovered[0]}")
+
+    def _sql(self, name: str, **params) -> list[dict]:
+        with connection.cursor() as cursor:
+            cursor.execute(_statements()[name], params)
+            names = [column.name for column in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def _sql_raw(self, sql: str, params=(), *, fetch: bool = True) -> list[tuple]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if fetch else []
+
+
+@functools.cache
+def _statements() -> dict[str, str]:
+    return directions.statements()
+
+
+class PlainReceiver(LeaseProtocol):
+    idempotent = False
+
+
+class IdempotentReceiver(LeaseProtocol):
+    idempotent = True
+
+
+RUN = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
+               derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture
+def drop_copies():
+    yield
+    directions.drop()
+
+
+@pytest.mark.django_db(transaction=True)  # every statement really commits
+@pytest.mark.parametrize("machine", [PlainReceiver, IdempotentReceiver], ids=["plain", "idempotent"])
+def test_the_lease_protocols_statements_keep_the_promises_in_any_order_of_events(machine,
+                                                                                 drop_copies):
+    LeaseProtocol.campaign = None  # the database was emptied since the last test
+    run_state_machine_as_test(machine, settings=RUN)
