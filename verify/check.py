@@ -50,6 +50,8 @@ LEASE_PROPERTIES = [
     ("status[k]==QUEUED", "P4 a row in a lease written by another"),
     ("status[r]==QUEUED", "P6 a row written by another while its claim is on the wire"),
     ("status[0]==", "P5 a run that stops with a row not final"),
+    ("!(due[k])", "P4 a row due again while a lease holds it"),
+    ("k>=cursor", "P4 a queued row no claim can reach (behind the cursor, in no lease, not due)"),
 ]
 PROPERTIES_OF = {MODEL: PROPERTIES, LEASE_MODEL: LEASE_PROPERTIES}
 
@@ -114,6 +116,7 @@ LEASE_MUTANTS = [
     ("MUT_CANCEL_TAKES_LEASED", "cancel also cancels the queued rows of live leases", BOTH),
     ("MUT_UNLOCKED_CAMPAIGN_READ", "settle and recovery read the campaign without locking it",
      BOTH),
+    ("MUT_SET_ASIDE_NOT_DUE", "a paced row the cursor passes over is not made due again", PLAIN),
 ]
 
 

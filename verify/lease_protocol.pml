@@ -29,21 +29,25 @@
  *   P2 no row is 'sent' without a delivery (or an operator's "mark delivered")
  *   P3 no delivery to an address whose opt-out committed before the row's last check before
  *      the wire (the hand-over, plain; the `blocked` read, idempotent)
- *   P4 the leases are disjoint, and a row in a lease is 'queued' (the cursor's lock and the
- *      settle's compare-and-set are what make a lease a claim)
+ *   P4 the leases are disjoint, a row in a lease is 'queued', a row due again (a retry, an
+ *      operator's requeue, a paced row set aside) is in none, and a 'queued' row is in one of
+ *      them or past the cursor: where a claim finds it (the cursor's lock and the settle's
+ *      compare-and-set are what make a lease a claim)
  *   P6 while an attempt is on the wire its row is not written by another, and no late settle of
  *      an earlier claim (another worker's, or the same worker's before a take-over) overwrites
  *      the answer the current one got
  *   P5 (LTL `settles`, weak fairness) once crashes and stalls are over, every row is final
  *
  * Abstracted as send_protocol.pml does (its header says why): the retry horizon (MAX_ATTEMPTS),
- * throttles, rate limits and pacing, backoff times (a retry is due at once), a worker's several
- * connections (each wire's chunk is a lease of its own, as another worker's batch is here), the
- * build, and follow-ups (take_from_original has to leave out rows in live leases, under the
- * cursor's lock: the stateful test's, when it is built). Each statement is one atomic step; the
- * claim is one because it holds the cursor's row lock from its read to its commit
- * (MUT_CURSOR_UNLOCKED shows what that buys), and the settle and the recovery because they lock
- * the campaign row (FOR SHARE) and the lease row they delete or free.
+ * throttles, rate limits and pacing (but for pacing's one new step: a claim may set a row past the
+ * cursor aside, due again behind it, as a paced destination's row without tokens is), backoff
+ * times (a retry is due at once), a worker's several connections (each wire's chunk is a lease of
+ * its own, as another worker's batch is here), the build, and follow-ups (take_from_original has
+ * to leave out rows in live leases, under the cursor's lock: the stateful test's, when it is
+ * built). Each statement is one atomic step; the claim is one because it holds the cursor's row
+ * lock from its read to its commit (MUT_CURSOR_UNLOCKED shows what that buys), and the settle and
+ * the recovery because they lock the campaign row (FOR SHARE) and the lease row they delete or
+ * free.
  */
 
 #ifndef ROWS
@@ -72,6 +76,9 @@
 #endif
 
 /* Known-bad changes; verify/check.py turns each on alone and expects a counterexample. */
+#ifndef MUT_SET_ASIDE_NOT_DUE      /* a paced row passed over is not made due: behind the */
+#define MUT_SET_ASIDE_NOT_DUE 0    /* cursor, in no lease, nothing would ever take it */
+#endif
 #ifndef MUT_CURSOR_UNLOCKED        /* the claim reads the cursor, then moves it: no row lock */
 #define MUT_CURSOR_UNLOCKED 0
 #endif
@@ -177,6 +184,7 @@ inline properties() {
        :: else -> break
        od;
        assert(c <= 1);                                                       /* P4 */
+       assert(status[k] != QUEUED || c > 0 || due[k] || k >= cursor);        /* P4 */
        if
        :: status[k] != UNKNOWN -> unknown_of[k] = 0
        :: else -> skip
@@ -185,6 +193,7 @@ inline properties() {
        :: FINAL(k) -> attempts[k] = 0; due[k] = 0; current_ok[k] = 0
        :: else -> skip
        fi;
+       assert(!due[k] || c == 0);                                            /* P4 */
        k++
     :: else -> k = 0; j = 0; c = 0; break
     od
@@ -271,6 +280,11 @@ inline forget() {
 #define CLAIMABLE_RETRY(r) (status[r] == QUEUED && due[r])
 #define FREE_LEASE(l) (l_live[l] && l_worker[l] == NOBODY)
 #if ROWS == 1
+#define EMPTY(l) (!IN(l, 0))
+#else
+#define EMPTY(l) (!IN(l, 0) && !IN(l, 1))
+#endif
+#if ROWS == 1
 #define EACH_ROW(cond, r) :: cond(0) -> r = 0
 #else
 #define EACH_ROW(cond, r) :: cond(0) -> r = 0 :: cond(1) -> r = 1
@@ -284,7 +298,9 @@ inline forget() {
 #define PAST_CURSOR 2
 
 /* the next 1 or 2 rows from `start`, the cursor as the claim read it, in a new lease; the
-   cursor moved past them */
+   cursor moved past them. A row of a paced destination may be set aside instead (pacing: its
+   destination has no tokens now): due at once behind the cursor, in no lease, where the retry
+   path takes it. A lease that gets no row is not kept (see PAST_CURSOR's caller). */
 inline past_cursor() {
     allocate(l);
     if
@@ -292,7 +308,12 @@ inline past_cursor() {
     :: start + 2 <= ROWS -> n = 2
     fi;
     for (k : start .. start + n - 1) {
-        if :: status[k] == QUEUED -> IN(l, k) = 1; mine[k] = 1 :: else -> skip fi
+        if
+        :: status[k] == QUEUED -> IN(l, k) = 1; mine[k] = 1
+        :: status[k] == QUEUED -> due[k] = !MUT_SET_ASIDE_NOT_DUE;
+           printf("W%d claim: row %d set aside (paced)\n", me, k)
+        :: else -> skip
+        fi
     }
     k = 0;
     cursor = start + n;
@@ -359,7 +380,14 @@ end_idle:
            l_handed[l] = RECEIVER_DEDUPS;
            printf("W%d claim: lease %d of the retry of row %d\n", me, l_id[l], r);
            claimed()
-        :: kind == PAST_CURSOR && !MUT_CURSOR_UNLOCKED -> past_cursor(); claimed()
+        :: kind == PAST_CURSOR && !MUT_CURSOR_UNLOCKED ->
+           past_cursor();
+           if
+           :: EMPTY(l) ->
+              printf("W%d claim: every row set aside, lease %d not kept\n", me, l_id[l]);
+              delete_lease(l); forget(); properties(); goto end_idle
+           :: else -> claimed()
+           fi
         :: kind == PAST_CURSOR && MUT_CURSOR_UNLOCKED ->   /* the read commits; no lock held */
            printf("W%d claim reads the cursor: %d\n", me, start)
         fi
@@ -368,7 +396,13 @@ end_idle:
     if
     :: kind == PAST_CURSOR ->
        if :: CRASH :: skip fi;
-       atomic { past_cursor(); claimed() }
+       atomic { past_cursor();
+                if
+                :: EMPTY(l) ->
+                   printf("W%d claim: every row set aside, lease %d not kept\n", me, l_id[l]);
+                   delete_lease(l); forget(); properties(); goto end_idle
+                :: else -> claimed()
+                fi }
     :: else -> skip
     fi;
 #endif
