@@ -51,6 +51,7 @@ class Hand:
 
     lease_id: int
     rows: list[dict]  # as the claim returned them
+    epoch: dict[int, int] = field(default_factory=dict)  # each row's requeues when claimed
     checked_at: int = 0  # the clock at the last check before the wire (0: not yet)
     to_send: list[dict] = field(default_factory=list)
     outcomes: dict[int, str] = field(default_factory=dict)
@@ -64,7 +65,10 @@ class LeaseProtocol(RuleBasedStateMachine):
         super().__init__()
         self.clock = 0
         self.hands: dict[str, Hand | None] = dict.fromkeys(WORKERS)
-        self.fresh: Counter[str] = Counter()  # job id -> deliveries since the operator's last requeue
+        # job id -> deliveries by claims made since the operator's last requeue of its row (a
+        # message already on the wire when the operator requeued is the duplicate accepted)
+        self.fresh: Counter[str] = Counter()
+        self.requeued: Counter[int] = Counter()  # row -> the operator's requeues
         self.delivered: set[str] = set()  # job ids the recipient got at least once
         self.opted_out_at: dict[str, int] = {}  # address -> clock when its opt-out committed
         self.cancelled = False
@@ -158,14 +162,15 @@ class LeaseProtocol(RuleBasedStateMachine):
         unknown = [row[0] for row in self._sql_raw(
             "SELECT id FROM dir_sends WHERE status = 'unknown'")]
         if unknown and not self.cancelled:
-            for send_id in self._sql("requeue_unknown", ids=unknown):
-                self.fresh[self.job[send_id["id"]]] = 0  # the operator accepts a duplicate
+            for row in self._sql("requeue_unknown", ids=unknown):
+                self.requeued[row["id"]] += 1
+                self.fresh[self.job[row["id"]]] = 0
             note(f"operator requeues {unknown}")
 
     # --- the promises, after every step ----------------------------------------------------------
 
     @invariant()
-    def leases_are_disjoint_hold_queued_rows_and_no_row_due_again(self) -> None:  # P4
+    def leases_are_disjoint_and_every_queued_row_is_reachable(self) -> None:  # P4
         if not hasattr(self, "ids"):
             return
         held = Counter(row_id for (ids,) in self._sql_raw("SELECT send_ids FROM dir_leases")
@@ -175,9 +180,12 @@ class LeaseProtocol(RuleBasedStateMachine):
             "SELECT id, status, next_attempt_at FROM dir_sends")}
         for row_id in held:
             assert rows[row_id][0] == "queued", f"row {row_id} in a lease is {rows[row_id][0]}"
+        ((cursor,),) = self._sql_raw("SELECT claimed_to FROM dir_cursors")
         for row_id, (status, due) in rows.items():
             assert due is None or (status == "queued" and row_id not in held), (
                 f"row {row_id} due again is {status}, or in a lease")
+            assert status != "queued" or row_id in held or due or row_id > cursor, (
+                f"row {row_id} is queued where no claim reaches it")
 
     @invariant()
     def one_delivery_per_job_between_requeues_and_none_sent_without_one(self) -> None:  # P1, P2
@@ -215,7 +223,8 @@ class LeaseProtocol(RuleBasedStateMachine):
                          share_counts=list(shares.values()), scan=ROWS)
         if not rows:
             return False
-        hand = Hand(lease_id=rows[0]["lease_id"], rows=rows)
+        hand = Hand(lease_id=rows[0]["lease_id"], rows=rows,
+                    epoch={row["id"]: self.requeued[row["id"]] for row in rows})
         hand.outcomes = {row["id"]: "suppressed" for row in rows if row["status"] == "suppressed"}
         self.hands[worker] = hand
         note(f"{worker} claims lease {hand.lease_id}: {sorted(r['id'] for r in rows)}")
@@ -243,7 +252,8 @@ class LeaseProtocol(RuleBasedStateMachine):
             opted_out = self.opted_out_at.get(address)
             assert opted_out is None or opted_out > hand.checked_at, (  # P3
                 f"{address} opted out before the last check and got {job}")
-            if not (self.idempotent and job in self.delivered):  # else absorbed by the receiver
+            absorbed = self.idempotent and job in self.delivered
+            if not absorbed and hand.epoch[row["id"]] == self.requeued[row["id"]]:
                 self.fresh[job] += 1
             self.delivered.add(job)
         hand.outcomes[row["id"]] = fate
