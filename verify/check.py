@@ -61,21 +61,24 @@ class Bound:
     rows: int
     workers: int
     crashes: int
+    paced: bool = True  # the lease model: a claim may set a paced row aside
 
     @property
     def defines(self) -> list[str]:
         return [f"-DROWS={self.rows}", f"-DWORKERS={self.workers}",
-                f"-DMAX_CRASHES={self.crashes}"]
+                f"-DMAX_CRASHES={self.crashes}", *([] if self.paced else ["-DPACED=0"])]
 
     def __str__(self) -> str:
         return f"{self.rows} row{'s' * (self.rows > 1)}, {self.workers} workers, " \
-               f"{self.crashes} crash{'es' * (self.crashes > 1)}"
+               f"{self.crashes} crash{'es' * (self.crashes > 1)}" + ", no pacing" * (not self.paced)
 
 
 SMALL = Bound(rows=1, workers=2, crashes=1)
 SAFETY_BOUNDS = [SMALL, Bound(rows=1, workers=3, crashes=1), Bound(rows=1, workers=2, crashes=2)]
 LONG_BOUNDS = [Bound(rows=2, workers=2, crashes=1)]
-LEASE_LONG = Bound(rows=2, workers=1, crashes=1)
+# with rows set aside, the idempotent receiver's run passed 177 million states and 14 GB without
+# finishing; without, it takes 81 million and minutes (pacing is checked at SMALL)
+LEASE_LONG = Bound(rows=2, workers=1, crashes=1, paced=False)
 
 # (flag, the change, modes it is checked in, why it may survive)
 MUTANTS = [

@@ -76,6 +76,9 @@
 #endif
 
 /* Known-bad changes; verify/check.py turns each on alone and expects a counterexample. */
+#ifndef PACED                      /* a claim may set a paced row aside (0: the --long bound, */
+#define PACED 1                    /* where it would not fit in memory) */
+#endif
 #ifndef MUT_SET_ASIDE_NOT_DUE      /* a paced row passed over is not made due: behind the */
 #define MUT_SET_ASIDE_NOT_DUE 0    /* cursor, in no lease, nothing would ever take it */
 #endif
@@ -310,7 +313,7 @@ inline past_cursor() {
     for (k : start .. start + n - 1) {
         if
         :: status[k] == QUEUED -> IN(l, k) = 1; mine[k] = 1
-        :: status[k] == QUEUED -> due[k] = !MUT_SET_ASIDE_NOT_DUE;
+        :: PACED && status[k] == QUEUED -> due[k] = !MUT_SET_ASIDE_NOT_DUE;
            printf("W%d claim: row %d set aside (paced)\n", me, k)
         :: else -> skip
         fi
