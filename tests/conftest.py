@@ -96,3 +96,12 @@ def page(browser, live_server):
     page.set_default_timeout(15_000)
     yield page
     context.close()
+
+
+@pytest.fixture
+def drop_copies():
+    """The bench's copies of growth_sends (bench/directions.py), dropped after the test."""
+    yield
+    from bench import directions
+
+    directions.drop()

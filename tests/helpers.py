@@ -66,3 +66,9 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def manage(*args: str) -> list[str]:
     return [sys.executable, str(ROOT / "manage.py"), *args]
+
+
+def fetch_dicts(cursor) -> list[dict]:
+    """The cursor's remaining rows, each as {column: value}."""
+    names = [column.name for column in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

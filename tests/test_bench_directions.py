@@ -12,16 +12,10 @@ from django.db import connection
 
 from bench import directions
 from growth.models import Suppression
-from tests.helpers import concurrently
+from tests.helpers import concurrently, fetch_dicts
 from tests.scenarios import sending_campaign
 
 ONE_WRITE = ["g", "h", "i"]
-
-
-@pytest.fixture
-def drop_copies():
-    yield
-    directions.drop()
 
 
 def _shape(key: str, campaign_id: int) -> tuple[str, str]:
@@ -33,23 +27,18 @@ def _shape(key: str, campaign_id: int) -> tuple[str, str]:
     return sql[claim], sql[settle]
 
 
-def _rows(cursor) -> list[dict]:
-    names = [column.name for column in cursor.description]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
 def _claim(cursor, sql: str, *, campaign_id: int, worker_id: str, batch_size: int) -> list[dict]:
     cursor.execute(sql, {"campaign_id": campaign_id, "worker_id": worker_id,
                          "batch_size": batch_size, "lease": directions.LEASE, "hand_over": True,
                          "after": 0, **directions.UNPACED})
-    return _rows(cursor)
+    return fetch_dicts(cursor)
 
 
 def _settle(cursor, sql: str, key: str, rows: list[dict], *, campaign_id: int,
             worker_id: str) -> dict[int, str]:
     cursor.execute(sql, directions._settle_params(directions.DIRECTIONS[key], rows, campaign_id,
                                                   worker_id))
-    return {row["id"]: row["status"] for row in _rows(cursor)}
+    return {row["id"]: row["status"] for row in fetch_dicts(cursor)}
 
 
 def _copy(columns: str) -> list[tuple]:
@@ -136,7 +125,7 @@ def _claim_i(cursor, *, campaign_id: int, worker_id: str, batch_size: int, share
         "campaign_id": campaign_id, "worker_id": worker_id, "batch_size": batch_size,
         "lease": directions.LEASE, "hand_over": hand_over, "paced": list(shares),
         "share_ids": list(shares), "share_counts": list(shares.values()), "scan": scan})
-    return _rows(cursor)
+    return fetch_dicts(cursor)
 
 
 def _settle_i(cursor, rows: list[dict], outcomes: dict[int, str], *, campaign_id: int,
@@ -146,7 +135,7 @@ def _settle_i(cursor, rows: list[dict], outcomes: dict[int, str], *, campaign_id
                           for row, outcome in zip(rows, params["outcomes"], strict=True)]
     params["backoff_base"] = 0.0  # a transient failure is due again at once
     cursor.execute(directions.statements()["settle_cursor"], params)
-    return {row["id"]: row["status"] for row in _rows(cursor)}
+    return {row["id"]: row["status"] for row in fetch_dicts(cursor)}
 
 
 def _jobs(rows: list[dict]) -> list[tuple[int, str]]:
@@ -159,7 +148,7 @@ def _recover(cursor, *, idempotent: bool, max_attempts: int = 5) -> dict:
                    "WHERE worker_id IS NOT NULL")
     cursor.execute(directions.statements()["recover_leases"],
                    {"idempotent": idempotent, "max_attempts": max_attempts, "limit": 100})
-    return _rows(cursor)[0]
+    return fetch_dicts(cursor)[0]
 
 
 def _leases() -> list[tuple]:
@@ -284,7 +273,7 @@ def test_i_a_lease_handed_to_an_idempotent_receiver_goes_again_until_the_attempt
 
 def _run(cursor, name: str, **params) -> list[dict]:
     cursor.execute(directions.statements()[name], params)
-    return _rows(cursor)
+    return fetch_dicts(cursor)
 
 
 def _cancel(cursor, campaign_id: int) -> list[int]:

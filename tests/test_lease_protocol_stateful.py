@@ -31,6 +31,7 @@ from hypothesis.stateful import (
 
 from bench import directions
 from growth.models import Suppression
+from tests.helpers import fetch_dicts
 from tests.scenarios import sending_campaign
 
 EXAMPLES = int(os.environ.get("LEASE_EXAMPLES", 200))
@@ -279,8 +280,7 @@ class LeaseProtocol(RuleBasedStateMachine):
     def _sql(self, name: str, **params) -> list[dict]:
         with connection.cursor() as cursor:
             cursor.execute(_statements()[name], params)
-            names = [column.name for column in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+            return fetch_dicts(cursor)
 
     def _sql_raw(self, sql: str, params=(), *, fetch: bool = True) -> list[tuple]:
         with connection.cursor() as cursor:
@@ -303,12 +303,6 @@ class IdempotentReceiver(LeaseProtocol):
 
 RUN = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
                derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-
-
-@pytest.fixture
-def drop_copies():
-    yield
-    directions.drop()
 
 
 @pytest.mark.django_db(transaction=True)  # every statement really commits
