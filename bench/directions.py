@@ -120,6 +120,12 @@ class Direction:
         return ["dir_wide", "dir_state"] if self.split else ["dir_sends"]
 
     @property
+    def claim_lock(self) -> str | None:
+        """The statement sent before its claim, in the same string and transaction (i:
+        lock_cursor, so that the claim's snapshot is taken after the cursor's lock)."""
+        return "lock_cursor" if self.complete else None
+
+    @property
     def statements(self) -> tuple[str, str]:
         """The names of its (claim, settle) in :func:`statements`."""
         if self.complete:
@@ -164,7 +170,8 @@ def statements() -> dict[str, str]:
                                                "settle_lease", "claim_state_lease",
                                                "settle_state_lease", "claim_cursor",
                                                "claim_cursor_by_id", "settle_cursor",
-                                               "claim_complete", "recover_leases",
+                                               "lock_cursor", "claim_complete",
+                                               "recover_leases",
                                                "release_lease", "cancel_rows", "requeue_unknown",
                                                "on_the_wire", "finished", "hand_over_lease",
                                                "blocked_rows")}}
@@ -282,6 +289,10 @@ def drop() -> None:
 
 # -- the loop -------------------------------------------------------------------------------------
 
+def _claim_lock(direction: Direction, sql: dict[str, str]) -> str:
+    return sql[direction.claim_lock] + ";\n" if direction.claim_lock else ""
+
+
 def _settle_params(direction: Direction, rows: list[dict], campaign_id: int, worker_id: str) -> dict:
     # the rows under the lease; with a cursor, the settle also writes those the claim found blocked
     settled = rows if direction.cursor else [row for row in rows if row["status"] == "sending"]
@@ -305,7 +316,7 @@ def work(index: int, ready, conninfo: str, key: str, batch_size: int, campaign_i
     direction = DIRECTIONS[key]
     claim_name, settle_name = direction.statements
     sql = statements()
-    claim = NO_FLUSH_WAIT + sql[claim_name]
+    claim = NO_FLUSH_WAIT + _claim_lock(direction, sql) + sql[claim_name]
     settle = NO_FLUSH_WAIT + (PLAN_FIX if direction.plan_fix else "") + sql[settle_name]
     worker_id = f"direction-{key}-{index}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
@@ -346,8 +357,9 @@ def timed(key: str, *, campaign_id: int, size: int, batch_size: int, workers: in
 # -- the cost pass --------------------------------------------------------------------------------
 
 def _explained(conn, statement: str, params: dict, prefix: str = "") -> tuple[int, dict]:
-    """Run the statement under EXPLAIN (ANALYZE, WAL, BUFFERS), after ``prefix`` (SET LOCALs) in
-    the same query string; return the WAL bytes it wrote and its plan."""
+    """Run the statement under EXPLAIN (ANALYZE, WAL, BUFFERS), after ``prefix`` (SET LOCALs, or
+    a claim's lock_cursor) in the same query string; return the WAL bytes it wrote and its
+    plan."""
     from psycopg.rows import tuple_row
 
     settings, statement = split_settings(statement)
@@ -413,7 +425,8 @@ def cost(key: str, *, campaign_id: int, size: int, batch_size: int) -> dict:
     with psycopg.connect(data.conninfo(), autocommit=True, cursor_factory=psycopg.ClientCursor,
                          row_factory=dict_row) as conn:
         while done < size:
-            written, plan = _explained(conn, sql[claim_name], params)
+            written, plan = _explained(conn, sql[claim_name], params,
+                                       _claim_lock(direction, sql))
             wal["claim"] += written
             claims.append(plan)
             if direction.lease or direction.cursor:  # this claim's lease: its rows

@@ -325,6 +325,15 @@ UPDATE dir_sends s
             AND s.claimed_by = 'lease ' || %(lease_id)s))
 RETURNING s.id, s.status;
 
+-- lock_cursor --
+-- (i) The claim's first statement, sent in the same string and so in the same transaction: wait
+-- for the campaign cursor's lock and take it. The claim that follows takes its snapshot only then,
+-- and sees what the claim before it committed. As one statement, the claim's snapshot predated
+-- its wait: its list of due rows was stale, and its UPDATE locked the newest version of rows the
+-- claim before had leased meanwhile (to recheck them and pass them over, keeping the lock) while
+-- that lease's settle was writing the others. The racing test deadlocked about one run in four.
+SELECT claimed_to FROM dir_cursors WHERE campaign_id = %(campaign_id)s FOR UPDATE;
+
 -- claim_complete --
 -- (i) g's claim with everything else the engine's claim has to do, in one statement under the
 -- campaign cursor's lock. Every claim of a campaign takes that lock first, so claims of one
@@ -340,7 +349,8 @@ RETURNING s.id, s.status;
 --    behind the cursor, where 2 takes them as their destination's tokens allow. A row set aside
 --    costs a second write; only a paced destination's rows, sent at the paced rate, pay it.
 -- Whatever is behind the cursor, queued and in no lease has next_attempt_at set: that is how 2
--- finds it. The opt-out check is a read, as in g; the settle writes what it found.
+-- finds it. The opt-out check is a read, as in g; the settle writes what it found. Run after
+-- lock_cursor, in the same transaction (see there); its own FOR UPDATE then costs nothing.
 WITH cursor AS MATERIALIZED (
     SELECT claimed_to
       FROM dir_cursors

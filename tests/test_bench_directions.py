@@ -12,6 +12,7 @@ from django.db import connection
 
 from bench import directions
 from growth.models import Suppression
+from tests import lease_statements as lease
 from tests.helpers import concurrently, fetch_dicts
 from tests.scenarios import sending_campaign
 
@@ -118,37 +119,14 @@ def _copied_campaign(count: int):
     return campaign
 
 
-def _claim_i(cursor, *, campaign_id: int, worker_id: str, batch_size: int, shares=None,
-             hand_over: bool = True, scan: int = 20) -> list[dict]:
-    shares = shares or {}
-    cursor.execute(directions.statements()["claim_complete"], {
-        "campaign_id": campaign_id, "worker_id": worker_id, "batch_size": batch_size,
-        "lease": directions.LEASE, "hand_over": hand_over, "paced": list(shares),
-        "share_ids": list(shares), "share_counts": list(shares.values()), "scan": scan})
-    return fetch_dicts(cursor)
-
-
-def _settle_i(cursor, rows: list[dict], outcomes: dict[int, str], *, campaign_id: int,
-              worker_id: str) -> dict[int, str]:
-    params = directions._settle_params(directions.DIRECTIONS["i"], rows, campaign_id, worker_id)
-    params["outcomes"] = [outcomes.get(row["id"], outcome)
-                          for row, outcome in zip(rows, params["outcomes"], strict=True)]
-    params["backoff_base"] = 0.0  # a transient failure is due again at once
-    cursor.execute(directions.statements()["settle_cursor"], params)
-    return {row["id"]: row["status"] for row in fetch_dicts(cursor)}
-
-
 def _jobs(rows: list[dict]) -> list[tuple[int, str]]:
     """A claim's rows and job ids, in id order."""
     return sorted((row["id"], row["job_id"]) for row in rows)
 
 
 def _recover(cursor, *, idempotent: bool, max_attempts: int = 5) -> dict:
-    cursor.execute("UPDATE dir_leases SET expires_at = now() - interval '1 second' "
-                   "WHERE worker_id IS NOT NULL")
-    cursor.execute(directions.statements()["recover_leases"],
-                   {"idempotent": idempotent, "max_attempts": max_attempts, "limit": 100})
-    return fetch_dicts(cursor)[0]
+    return lease.expire_and_recover(cursor, idempotent=idempotent,
+                                               max_attempts=max_attempts)
 
 
 def _leases() -> list[tuple]:
@@ -172,8 +150,8 @@ def test_i_racing_claimers_with_retries_and_a_paced_destination_take_each_row_wh
         deadline = time.monotonic() + 30
         with connection.cursor() as cursor:
             while time.monotonic() < deadline:
-                rows = _claim_i(cursor, campaign_id=campaign.id, worker_id=f"w{n}", batch_size=7,
-                                shares={PACED: 2})
+                rows = lease.claim(cursor, campaign_id=campaign.id, worker_id=f"w{n}", batch_size=7,
+                                   shares={PACED: 2})
                 if not rows:
                     cursor.execute("SELECT count(*) FROM dir_sends WHERE status = 'queued'")
                     if cursor.fetchone() == (0,):
@@ -182,8 +160,8 @@ def test_i_racing_claimers_with_retries_and_a_paced_destination_take_each_row_wh
                 batches.append([row["id"] for row in rows])
                 outcomes = {row["id"]: "transient" for row in rows
                             if row["id"] in refused_once and row["attempts"] == 1}
-                settled = _settle_i(cursor, rows, outcomes, campaign_id=campaign.id,
-                                    worker_id=f"w{n}")
+                settled = lease.settle(cursor, rows, outcomes, campaign_id=campaign.id,
+                                       worker_id=f"w{n}")
                 assert set(settled) == {row["id"] for row in rows}
         raise AssertionError("rows are left queued that no claim takes")
 
@@ -205,13 +183,13 @@ def test_i_a_paced_destination_without_tokens_is_set_aside_and_taken_as_its_shar
     campaign = _copied_campaign(6)
     with connection.cursor() as cursor:
         cursor.execute("UPDATE dir_sends SET destination_id = %s", [PACED])
-        assert _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=4,
-                        shares={PACED: 0}, scan=4) == []
+        assert lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=4,
+                           shares={PACED: 0}, scan=4) == []
         assert [row[0] is not None for row in _copy("next_attempt_at")] == [True] * 4 + [False] * 2
         assert _leases() == []  # set aside, not leased
 
-        first = _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=4,
-                         shares={PACED: 3}, scan=4)
+        first = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=4,
+                            shares={PACED: 3}, scan=4)
     assert sorted(row["id"] for row in first) == [row[0] for row in _copy("id")][:3]
 
 
@@ -220,18 +198,18 @@ def test_i_an_expired_lease_never_handed_over_is_taken_over_whole_and_its_late_s
         drop_copies):
     campaign = _copied_campaign(5)
     with connection.cursor() as cursor:
-        stalled = _claim_i(cursor, campaign_id=campaign.id, worker_id="stalled", batch_size=5,
-                           hand_over=False)
+        stalled = lease.claim(cursor, campaign_id=campaign.id, worker_id="stalled", batch_size=5,
+                              hand_over=False)
         assert _recover(cursor, idempotent=False) == {"freed": 1, "lost": 0, "unknown": 0,
                                                          "cancelled": 0}
-        again = _claim_i(cursor, campaign_id=campaign.id, worker_id="alive", batch_size=5)
+        again = lease.claim(cursor, campaign_id=campaign.id, worker_id="alive", batch_size=5)
         assert sorted(row["id"] for row in again) == sorted(row["id"] for row in stalled)
         assert again[0]["lease_id"] != stalled[0]["lease_id"]  # a take-over is a new claim
 
-        assert _settle_i(cursor, stalled, {}, campaign_id=campaign.id, worker_id="stalled") == {}
+        assert lease.settle(cursor, stalled, {}, campaign_id=campaign.id, worker_id="stalled") == {}
         assert _copy("status") == [("queued",)] * 5
-        assert set(_settle_i(cursor, again, {}, campaign_id=campaign.id,
-                             worker_id="alive").values()) == {"sent"}
+        assert set(lease.settle(cursor, again, {}, campaign_id=campaign.id,
+                                worker_id="alive").values()) == {"sent"}
     assert _leases() == []
 
 
@@ -240,16 +218,16 @@ def test_i_an_expired_lease_handed_to_a_plain_receiver_ends_unknown_until_its_la
         drop_copies):
     campaign = _copied_campaign(3)
     with connection.cursor() as cursor:
-        slow = _claim_i(cursor, campaign_id=campaign.id, worker_id="slow", batch_size=3)
+        slow = lease.claim(cursor, campaign_id=campaign.id, worker_id="slow", batch_size=3)
         assert _recover(cursor, idempotent=False) == {"freed": 0, "lost": 1, "unknown": 3,
                                                          "cancelled": 0}
-        assert _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=3) == []
+        assert lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=3) == []
         assert _copy("status") == [("unknown",)] * 3
         assert _leases() == []
 
         first, second, third = sorted(row["id"] for row in slow)
-        late = _settle_i(cursor, slow, {second: "transient", third: "permanent"},
-                         campaign_id=campaign.id, worker_id="slow")
+        late = lease.settle(cursor, slow, {second: "transient", third: "permanent"},
+                            campaign_id=campaign.id, worker_id="slow")
     assert late == {first: "sent"}  # known now; the others stay for an operator
     assert _copy("status") == [("sent",), ("unknown",), ("unknown",)]
 
@@ -259,27 +237,22 @@ def test_i_a_lease_handed_to_an_idempotent_receiver_goes_again_until_the_attempt
         drop_copies):
     campaign = _copied_campaign(2)
     with connection.cursor() as cursor:
-        first = _claim_i(cursor, campaign_id=campaign.id, worker_id="dead-1", batch_size=2)
+        first = lease.claim(cursor, campaign_id=campaign.id, worker_id="dead-1", batch_size=2)
         assert _recover(cursor, idempotent=True, max_attempts=3)["freed"] == 1
-        second = _claim_i(cursor, campaign_id=campaign.id, worker_id="dead-2", batch_size=2)
+        second = lease.claim(cursor, campaign_id=campaign.id, worker_id="dead-2", batch_size=2)
         assert _jobs(second) == _jobs(first)
         assert _leases()[0][3] == 1  # taken over once
         assert _recover(cursor, idempotent=True, max_attempts=3)["freed"] == 1
-        _claim_i(cursor, campaign_id=campaign.id, worker_id="dead-3", batch_size=2)
+        lease.claim(cursor, campaign_id=campaign.id, worker_id="dead-3", batch_size=2)
         assert _recover(cursor, idempotent=True, max_attempts=3) == {
             "freed": 0, "lost": 1, "unknown": 2, "cancelled": 0}
     assert _copy("status") == [("unknown",)] * 2
 
 
-def _run(cursor, name: str, **params) -> list[dict]:
-    cursor.execute(directions.statements()[name], params)
-    return fetch_dicts(cursor)
-
-
 def _cancel(cursor, campaign_id: int) -> list[int]:
     """What the engine's cancel would do: the campaign row, then cancel_rows."""
     cursor.execute("UPDATE growth_campaigns SET status = 'cancelled' WHERE id = %s", [campaign_id])
-    return sorted(row["id"] for row in _run(cursor, "cancel_rows", campaign_id=campaign_id))
+    return sorted(row["id"] for row in lease.run(cursor, "cancel_rows", campaign_id=campaign_id))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -287,19 +260,19 @@ def test_i_a_released_lease_is_taken_over_and_in_a_cancelled_campaign_its_rows_a
         drop_copies):
     campaign = _copied_campaign(4)
     with connection.cursor() as cursor:
-        given_back = _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2,
-                              hand_over=False)
+        given_back = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2,
+                                 hand_over=False)
         release = {"campaign_id": campaign.id, "worker_id": "w", "idempotent": False,
                    "lease_id": given_back[0]["lease_id"]}
-        assert _run(cursor, "release_lease", **release) == [{"freed": 1, "cancelled": 0}]
-        again = _claim_i(cursor, campaign_id=campaign.id, worker_id="v", batch_size=2,
-                         hand_over=False)
+        assert lease.run(cursor, "release_lease", **release) == [{"freed": 1, "cancelled": 0}]
+        again = lease.claim(cursor, campaign_id=campaign.id, worker_id="v", batch_size=2,
+                            hand_over=False)
         assert _jobs(again) == _jobs(given_back)
 
         cursor.execute("UPDATE growth_campaigns SET status = 'cancelled' WHERE id = %s",
                        [campaign.id])
-        assert _run(cursor, "release_lease", **release) == [{"freed": 0, "cancelled": 0}]  # not w's
-        assert _run(cursor, "release_lease", **{**release, "worker_id": "v",
+        assert lease.run(cursor, "release_lease", **release) == [{"freed": 0, "cancelled": 0}]  # not w's
+        assert lease.run(cursor, "release_lease", **{**release, "worker_id": "v",
                                                 "lease_id": again[0]["lease_id"]}) == [
             {"freed": 0, "cancelled": 2}]
     assert _copy("status") == [("cancelled",)] * 2 + [("queued",)] * 2
@@ -310,8 +283,8 @@ def test_i_a_released_lease_is_taken_over_and_in_a_cancelled_campaign_its_rows_a
 def test_i_a_lease_handed_to_a_plain_receiver_is_not_given_back(drop_copies):
     campaign = _copied_campaign(2)
     with connection.cursor() as cursor:
-        handed = _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2)
-        assert _run(cursor, "release_lease", campaign_id=campaign.id, worker_id="w",
+        handed = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2)
+        assert lease.run(cursor, "release_lease", campaign_id=campaign.id, worker_id="w",
                     idempotent=False, lease_id=handed[0]["lease_id"]) == [
             {"freed": 0, "cancelled": 0}]
     assert [row[1] for row in _leases()] == ["w"]  # left to its settle, or to its expiry
@@ -324,10 +297,10 @@ def test_i_cancel_leaves_the_rows_on_the_wire_to_their_settle_and_cancels_every_
     ids = [row[0] for row in _copy("id")]
     with connection.cursor() as cursor:
         cursor.execute("UPDATE dir_sends SET destination_id = %s WHERE id = %s", [PACED, ids[2]])
-        on_the_wire = _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2,
-                               shares={PACED: 0}, scan=3)  # rows 0 and 1; row 2 set aside
-        dead = _claim_i(cursor, campaign_id=campaign.id, worker_id="dead", batch_size=2,
-                        shares={PACED: 0}, hand_over=False)
+        on_the_wire = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2,
+                                  shares={PACED: 0}, scan=3)  # rows 0 and 1; row 2 set aside
+        dead = lease.claim(cursor, campaign_id=campaign.id, worker_id="dead", batch_size=2,
+                           shares={PACED: 0}, hand_over=False)
         cursor.execute("UPDATE dir_leases SET worker_id = NULL, expires_at = NULL "
                        "WHERE worker_id = 'dead'")  # freed, as recovery frees it
         assert sorted(row["id"] for row in on_the_wire) == ids[:2]
@@ -336,9 +309,9 @@ def test_i_cancel_leaves_the_rows_on_the_wire_to_their_settle_and_cancels_every_
         # the row set aside, the free lease's rows and the rows never claimed
         assert _cancel(cursor, campaign.id) == ids[2:]
         assert _copy("next_attempt_at") == [(None,)] * 8
-        assert _claim_i(cursor, campaign_id=campaign.id, worker_id="x", batch_size=8) == []
-        settled = _settle_i(cursor, on_the_wire, {ids[1]: "transient"}, campaign_id=campaign.id,
-                            worker_id="w")
+        assert lease.claim(cursor, campaign_id=campaign.id, worker_id="x", batch_size=8) == []
+        settled = lease.settle(cursor, on_the_wire, {ids[1]: "transient"}, campaign_id=campaign.id,
+                               worker_id="w")
     assert settled == {ids[0]: "sent", ids[1]: "cancelled"}
     assert _leases() == []
 
@@ -347,8 +320,8 @@ def test_i_cancel_leaves_the_rows_on_the_wire_to_their_settle_and_cancels_every_
 def test_i_recovery_in_a_cancelled_campaign_cancels_what_never_went_out(drop_copies):
     campaign = _copied_campaign(4)
     with connection.cursor() as cursor:
-        _claim_i(cursor, campaign_id=campaign.id, worker_id="a", batch_size=2, hand_over=False)
-        _claim_i(cursor, campaign_id=campaign.id, worker_id="b", batch_size=2)  # handed over
+        lease.claim(cursor, campaign_id=campaign.id, worker_id="a", batch_size=2, hand_over=False)
+        lease.claim(cursor, campaign_id=campaign.id, worker_id="b", batch_size=2)  # handed over
         assert _cancel(cursor, campaign.id) == []  # both on the wire
         assert _recover(cursor, idempotent=True) == {"freed": 0, "lost": 2, "unknown": 2,
                                                      "cancelled": 2}
@@ -360,19 +333,19 @@ def test_i_an_operators_requeue_is_due_behind_the_cursor_and_the_wire_is_counted
         drop_copies):
     campaign = _copied_campaign(3)
     with connection.cursor() as cursor:
-        lost = _claim_i(cursor, campaign_id=campaign.id, worker_id="dead", batch_size=2)
+        lost = lease.claim(cursor, campaign_id=campaign.id, worker_id="dead", batch_size=2)
         _recover(cursor, idempotent=False)
-        assert _run(cursor, "finished", campaign_id=campaign.id) == [{"finished": False}]
-        last = _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2)
+        assert lease.run(cursor, "finished", campaign_id=campaign.id) == [{"finished": False}]
+        last = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2)
         assert [row["id"] for row in last] == [row[0] for row in _copy("id")][2:]  # one row
-        assert [(r["worker_id"], r["rows_held"]) for r in _run(
+        assert [(r["worker_id"], r["rows_held"]) for r in lease.run(
             cursor, "on_the_wire", campaign_id=campaign.id)] == [("w", 1)]
-        _settle_i(cursor, last, {}, campaign_id=campaign.id, worker_id="w")
-        assert _run(cursor, "finished", campaign_id=campaign.id) == [{"finished": True}]
+        lease.settle(cursor, last, {}, campaign_id=campaign.id, worker_id="w")
+        assert lease.run(cursor, "finished", campaign_id=campaign.id) == [{"finished": True}]
 
-        requeued = _run(cursor, "requeue_unknown", ids=[row["id"] for row in lost])
+        requeued = lease.run(cursor, "requeue_unknown", ids=[row["id"] for row in lost])
         assert len(requeued) == 2
-        assert _run(cursor, "finished", campaign_id=campaign.id) == [{"finished": False}]
-        again = _claim_i(cursor, campaign_id=campaign.id, worker_id="w", batch_size=5)
+        assert lease.run(cursor, "finished", campaign_id=campaign.id) == [{"finished": False}]
+        again = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=5)
         assert _jobs(again) == _jobs(lost)
-        assert _run(cursor, "on_the_wire", campaign_id=campaign.id)[0]["rows_held"] == 2
+        assert lease.run(cursor, "on_the_wire", campaign_id=campaign.id)[0]["rows_held"] == 2

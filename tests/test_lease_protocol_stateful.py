@@ -12,7 +12,6 @@ LEASE_EXAMPLES=2000 (and LEASE_STEPS=50).
 
 from __future__ import annotations
 
-import functools
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from hypothesis.stateful import (
 
 from bench import directions
 from growth.models import Suppression
-from tests.helpers import fetch_dicts
+from tests import lease_statements
 from tests.scenarios import sending_campaign
 
 EXAMPLES = int(os.environ.get("LEASE_EXAMPLES", 200))
@@ -217,11 +216,11 @@ class LeaseProtocol(RuleBasedStateMachine):
     # --- the steps -------------------------------------------------------------------------------
 
     def _claim(self, worker: str, share: int | None) -> bool:
-        shares = {} if share is None else {PACED: share}
-        rows = self._sql("claim_complete", campaign_id=self.campaign_id, worker_id=worker,
-                         batch_size=BATCH, lease=directions.LEASE, hand_over=self.idempotent,
-                         paced=list(shares), share_ids=list(shares),
-                         share_counts=list(shares.values()), scan=ROWS)
+        with connection.cursor() as cursor:
+            rows = lease_statements.claim(
+                cursor, campaign_id=self.campaign_id, worker_id=worker, batch_size=BATCH,
+                shares=None if share is None else {PACED: share}, hand_over=self.idempotent,
+                scan=ROWS)
         if not rows:
             return False
         hand = Hand(lease_id=rows[0]["lease_id"], rows=rows,
@@ -261,36 +260,26 @@ class LeaseProtocol(RuleBasedStateMachine):
         self.tick()
 
     def _settle(self, worker: str, hand: Hand) -> None:
-        params = directions._settle_params(directions.DIRECTIONS["i"], hand.rows,
-                                           self.campaign_id, worker)
-        params["outcomes"] = [hand.outcomes[row["id"]] for row in hand.rows]
-        params["backoff_base"] = 0.0  # a retry is due at once
-        settled = {row["id"]: row["status"] for row in self._sql("settle_cursor", **params)}
+        with connection.cursor() as cursor:  # a retry is due at once
+            settled = lease_statements.settle(cursor, hand.rows, hand.outcomes,
+                                              campaign_id=self.campaign_id, worker_id=worker)
         note(f"{worker} settles lease {hand.lease_id} {hand.outcomes}: {settled}")
         self.hands[worker] = None
 
     def _expire(self, worker: str | None) -> None:
-        self._sql_raw("UPDATE dir_leases SET expires_at = now() - interval '1 second' "
-                      "WHERE worker_id IS NOT NULL AND (%s::text IS NULL OR worker_id = %s)",
-                      [worker, worker], fetch=False)
-        recovered = self._sql("recover_leases", idempotent=self.idempotent,
-                              max_attempts=MAX_ATTEMPTS, limit=100)
-        note(f"leases of {worker or 'every worker'} run out: {recovered[0]}")
+        with connection.cursor() as cursor:
+            recovered = lease_statements.expire_and_recover(
+                cursor, idempotent=self.idempotent, max_attempts=MAX_ATTEMPTS, worker_id=worker)
+        note(f"leases of {worker or 'every worker'} run out: {recovered}")
 
     def _sql(self, name: str, **params) -> list[dict]:
         with connection.cursor() as cursor:
-            cursor.execute(_statements()[name], params)
-            return fetch_dicts(cursor)
+            return lease_statements.run(cursor, name, **params)
 
     def _sql_raw(self, sql: str, params=(), *, fetch: bool = True) -> list[tuple]:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall() if fetch else []
-
-
-@functools.cache
-def _statements() -> dict[str, str]:
-    return directions.statements()
 
 
 class PlainReceiver(LeaseProtocol):

@@ -1,0 +1,63 @@
+"""Shape i's statements (bench/directions.sql: the next send protocol, a lease per batch behind a
+campaign cursor) called as the engine will call them, for the tests of them: one owner for how a
+claim's pacing and a settle's outcomes become parameters."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+from bench import directions
+from tests.helpers import fetch_dicts
+
+
+@functools.cache
+def _statements() -> dict[str, str]:
+    return directions.statements()
+
+
+def run(cursor, name: str, **params) -> list[dict]:
+    """One of directions.sql's statements; its rows as dicts. A claim is sent after lock_cursor,
+    in the same string and transaction, as the bench sends it."""
+    if name == "claim_complete":
+        sql = directions._claim_lock(directions.DIRECTIONS["i"], _statements()) + _statements()[name]
+    else:
+        sql = _statements()[name]
+    cursor.execute(sql, params)
+    while cursor.nextset():  # past the lock's row, to the claim's
+        pass
+    return fetch_dicts(cursor)
+
+
+def claim(cursor, *, campaign_id: int, worker_id: str, batch_size: int,
+          shares: Mapping[int, int] | None = None, hand_over: bool = True,
+          scan: int = 20) -> list[dict]:
+    """claim_complete. ``shares``: the paced destinations, each with the rows its tokens allow
+    now (none: nothing paced); ``scan``: how far past the cursor a claim walks while paced."""
+    shares = shares or {}
+    return run(cursor, "claim_complete", campaign_id=campaign_id, worker_id=worker_id,
+               batch_size=batch_size, lease=directions.LEASE, hand_over=hand_over,
+               paced=list(shares), share_ids=list(shares), share_counts=list(shares.values()),
+               scan=scan)
+
+
+def settle(cursor, rows: list[dict], outcomes: Mapping[int, str], *, campaign_id: int,
+           worker_id: str) -> dict[int, str]:
+    """settle_cursor of a claim's rows: each row's outcome from ``outcomes``, else 'sent' (or
+    'suppressed' where the claim found it blocked); a transient failure is due again at once.
+    Returns {send id: status} of the rows written."""
+    params = directions._settle_params(directions.DIRECTIONS["i"], rows, campaign_id, worker_id)
+    params["outcomes"] = [outcomes.get(row["id"], outcome)
+                          for row, outcome in zip(rows, params["outcomes"], strict=True)]
+    params["backoff_base"] = 0.0
+    return {row["id"]: row["status"] for row in run(cursor, "settle_cursor", **params)}
+
+
+def expire_and_recover(cursor, *, idempotent: bool, max_attempts: int,
+                       worker_id: str | None = None) -> dict:
+    """Let the live leases (of one worker, or of all) run out, then recover_leases: its counts."""
+    cursor.execute("UPDATE dir_leases SET expires_at = now() - interval '1 second' "
+                   "WHERE worker_id IS NOT NULL AND (%s::text IS NULL OR worker_id = %s)",
+                   [worker_id, worker_id])
+    return run(cursor, "recover_leases", idempotent=idempotent, max_attempts=max_attempts,
+               limit=100)[0]
