@@ -33,12 +33,14 @@ same checks, changed only where the shape changes them (``bench/directions.sql``
      taken over is no longer ours, and then nothing is written) and writes each row once, with
      the attempt and the hand-over's times the claim did not write. One row version a
      recipient instead of two
-  i  g with the rest of what the engine's claim has to do, in the same statement under the
-     cursor's lock: a free lease (given back, or freed by recovery) taken over whole under a new
-     id; rows behind the cursor due again (retries, an operator's requeue, a paced destination's
-     rows set aside) through an index of their own; paced destinations' shares. In the timed
-     loop nothing is free, due or paced: what those paths cost a batch that takes none of them.
-     ``recover_leases`` frees or ends expired leases (tests/test_bench_directions.py)
+  i  the engine's lease protocol (growth/managers/leases.sql, on copies of its tables): g with
+     the rest of what the engine's claim has to do, in the same statement under the cursor's
+     lock: a free lease (given back, or freed by recovery) taken over whole under a new id; rows
+     behind the cursor due again (retries, an operator's requeue, a paced destination's rows set
+     aside) through an index of their own; paced destinations' shares. In the timed loop
+     nothing is free, due or paced: what those paths cost a batch that takes none of them. Its
+     other statements (recovery, release, cancel, requeue) are tested on the same copies
+     (tests/test_bench_directions.py, tests/test_lease_protocol_stateful.py)
   h  g where no index reads a row's state (``STATE_INDEXES`` not copied: the primary key and
      the two uniquenesses are left; the claim walks the primary key), fillfactor 30: the
      settle's one row version is HOT. An upper bound for the shape: the sends list's filters,
@@ -79,6 +81,7 @@ from growth.managers.queries import split_settings
 
 HERE = Path(__file__).resolve().parent
 SENDS_SQL = HERE.parent / "growth" / "managers" / "sends.sql"
+LEASES_SQL = SENDS_SQL.with_name("leases.sql")
 LEASE = 300.0  # seconds, the engine's default
 SETTLE_POLICY = {"retry_for": 48 * 3600.0, "throttle_delay": 1.0, "backoff_base": 30.0,
                  "backoff_max": 3600.0}  # the engine's defaults
@@ -123,13 +126,13 @@ class Direction:
     def claim_lock(self) -> str | None:
         """The statement sent before its claim, in the same string and transaction (i:
         lock_cursor, so that the claim's snapshot is taken after the cursor's lock)."""
-        return "lock_cursor" if self.complete else None
+        return "leases.lock_cursor" if self.complete else None
 
     @property
     def statements(self) -> tuple[str, str]:
         """The names of its (claim, settle) in :func:`statements`."""
         if self.complete:
-            return ("claim_complete", "settle_cursor")
+            return ("leases.claim", "leases.settle")
         if self.cursor:
             return ("claim_cursor_by_id" if self.by_id else "claim_cursor", "settle_cursor")
         if self.split:
@@ -156,25 +159,35 @@ DIRECTIONS = {
 
 
 def statements() -> dict[str, str]:
-    """{name: SQL}: the engine's claim and settle on dir_sends, and directions.sql's."""
+    """{name: SQL}: the engine's claim and settle on dir_sends, directions.sql's, and the lease
+    protocol's (growth/managers/leases.sql, direction i) on dir_sends, dir_leases and dir_cursors
+    as ``leases.<name>``, with sends.sql's ``blocked`` as ``sends.blocked``."""
     from growth.managers.queries import load
 
     text = SENDS_SQL.read_text() + "\n" + (HERE / "directions.sql").read_text()
     with tempfile.TemporaryDirectory() as tmp:
+        # sends.sql's blocks with directions.sql's, so that these use those fragments as their
+        # own; leases.sql beside them, as sends.sql uses one of its blocks
         path = Path(tmp) / "directions.sql"
         path.write_text(text)
+        (Path(tmp) / LEASES_SQL.name).write_text(LEASES_SQL.read_text())
         loaded = load(path)
-    return {"claim": re.sub(r"\bgrowth_sends\b", "dir_sends", loaded["claim"]),
-            "settle": re.sub(r"\bgrowth_sends\b", "dir_sends", loaded["settle"]),
+    engine = load(SENDS_SQL)
+    return {"claim": _on_copies(loaded["claim"]), "settle": _on_copies(loaded["settle"]),
+            "sends.blocked": _on_copies(engine["blocked"]),
+            **{f"leases.{name}": _on_copies(sql) for name, sql in load(LEASES_SQL).items()},
             **{name: loaded[name] for name in ("claim_state", "settle_state", "claim_lease",
                                                "settle_lease", "claim_state_lease",
                                                "settle_state_lease", "claim_cursor",
-                                               "claim_cursor_by_id", "settle_cursor",
-                                               "lock_cursor", "claim_complete",
-                                               "recover_leases",
-                                               "release_lease", "cancel_rows", "requeue_unknown",
-                                               "on_the_wire", "finished", "hand_over_lease",
-                                               "blocked_rows")}}
+                                               "claim_cursor_by_id", "settle_cursor")}}
+
+
+def _on_copies(sql: str) -> str:
+    """An engine statement on the bench's copies of its tables."""
+    for table, copy in (("growth_sends", "dir_sends"), ("growth_send_leases", "dir_leases"),
+                        ("growth_send_cursors", "dir_cursors")):
+        sql = re.sub(rf"\b{table}\b", copy, sql)
+    return sql
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -213,12 +226,10 @@ def create(direction: Direction) -> list[str]:
     engine's table, so that the fill pays for them as the build does."""
     drop = f"DROP TABLE IF EXISTS {', '.join(TABLES)} CASCADE"
     # worker_id NULL: a free lease (i), given back or freed by recovery, for a claim to take over
-    ddl = [drop, "CREATE TABLE dir_leases (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-                 "campaign_id bigint NOT NULL, worker_id varchar(200), expires_at timestamptz, "
-                 "send_ids bigint[] NOT NULL, handed_over_at timestamptz, "
-                 "takeovers integer NOT NULL DEFAULT 0)",
-           "CREATE INDEX dir_leases_free ON dir_leases (campaign_id, id) WHERE worker_id IS NULL",
-           "CREATE INDEX dir_leases_expiry ON dir_leases (expires_at) WHERE worker_id IS NOT NULL"]
+    # the lease protocol's tables as the engine has them (worker_id NULL: a free lease, given
+    # back or freed by recovery, for a claim to take over); no foreign keys, as for dir_sends
+    ddl = [drop, "CREATE TABLE dir_leases (LIKE growth_send_leases INCLUDING ALL)",
+           "CREATE TABLE dir_cursors (LIKE growth_send_cursors INCLUDING ALL)"]
     found = _indexes()
     unknown = set(direction.without) - {name for name, _ in found}
     if unknown:  # a renamed index would be silently kept, and the direction measure nothing
@@ -244,15 +255,6 @@ def create(direction: Direction) -> list[str]:
         ddl.append("ALTER TABLE dir_state ADD FOREIGN KEY (send_id) REFERENCES dir_wide (id)")
     if direction.lease:
         ddl.append(f"ALTER TABLE {direction.tables[-1]} ADD COLUMN lease_id bigint")
-    if direction.complete:  # the rows behind the cursor due again, of all or of one destination
-        # (their condition leaves status out: with h's indexes gone, a settle that changes
-        # status and writes no next attempt stays HOT)
-        ddl += ["CREATE INDEX dir_send_due ON dir_sends (campaign_id, next_attempt_at) "
-                "WHERE next_attempt_at IS NOT NULL",
-                "CREATE INDEX dir_send_due_by_destination ON dir_sends "
-                "(campaign_id, destination_id, next_attempt_at) WHERE next_attempt_at IS NOT NULL"]
-    ddl.append("CREATE TABLE dir_cursors (campaign_id bigint PRIMARY KEY, "
-               "claimed_to bigint NOT NULL DEFAULT 0)")
     return ddl
 
 

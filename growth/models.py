@@ -9,6 +9,7 @@ from __future__ import annotations
 import zoneinfo
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -20,6 +21,7 @@ from growth.audience.addresses import parse_address
 from growth.managers.campaigns import CampaignManager
 from growth.managers.destinations import MailDomainManager
 from growth.managers.feedback import FeedbackEventManager
+from growth.managers.leases import LeaseManager
 from growth.managers.ledger import SendLedgerManager
 from growth.managers.limits import RateLimitManager
 from growth.managers.monitor import CampaignMonitorManager
@@ -424,6 +426,13 @@ class Send(models.Model):
             # the claim's share of a paced destination (as many rows as its tokens allow)
             models.Index("campaign", "destination_id", "id", name="send_queued_by_destination",
                          condition=Q(status="queued")),
+            # the lease protocol's rows behind a campaign's cursor that are due again (retries,
+            # requeues, a paced destination's rows set aside), of all destinations or of one;
+            # status is left out of the condition so that a settle writing none stays HOT there
+            models.Index("campaign", "next_attempt_at", name="send_due",
+                         condition=Q(next_attempt_at__isnull=False)),
+            models.Index("campaign", "destination_id", "next_attempt_at",
+                         name="send_due_by_destination", condition=Q(next_attempt_at__isnull=False)),
             # Not declared here, as their predicates call growth_hard_refusal(): the reputation
             # figures' partial indexes send_hard_refused (migration 0016), send_bounced_unsent
             # and send_complained_unsent (0018), see growth/managers/reputation.sql.
@@ -431,6 +440,51 @@ class Send(models.Model):
 
     def __str__(self) -> str:
         return self.job_id
+
+
+class SendCursor(models.Model):
+    """How far the lease protocol's claims of one campaign have gone: every row of the campaign
+    up to ``claimed_to`` is in a lease, settled, or due again. Each claim locks this row for its
+    few milliseconds, so that the claims of a campaign take turns (docs/one-write-per-recipient.md).
+    Created with the campaign's recipient list."""
+
+    campaign = models.OneToOneField(Campaign, on_delete=models.CASCADE, primary_key=True,
+                                    related_name="+")
+    claimed_to = models.BigIntegerField(db_default=0)
+
+    class Meta:
+        db_table = "growth_send_cursors"
+
+
+class SendLease(models.Model):
+    """One claim's rows in the lease protocol: a worker's batch (or a wire's chunk) with its
+    expiry. The rows stay 'queued' until their settle ends the lease, which writes each of them
+    once. No worker: free, for the next claim to take over whole under a new id."""
+
+    id = models.BigAutoField(primary_key=True)
+    campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="+",
+                                 db_index=False)
+    worker_id = models.CharField(max_length=200, null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    send_ids = ArrayField(models.BigIntegerField())
+    # set, in a commit of its own (or with the claim, for a receiver that de-duplicates), before
+    # any of its rows goes on the wire: a lease that expires without it was never sent
+    handed_over_at = models.DateTimeField(null=True, blank=True)
+    # how many times it was taken over after a hand-over: a crash writes no send row, so the
+    # lease counts the attempts the rows cannot
+    takeovers = models.PositiveIntegerField(db_default=0)
+    created_at = models.DateTimeField(db_default=Now())
+
+    objects = LeaseManager()
+
+    class Meta:
+        db_table = "growth_send_leases"
+        indexes = [
+            models.Index("campaign", "id", name="send_lease_free",
+                         condition=Q(worker_id__isnull=True)),
+            models.Index("expires_at", name="send_lease_expiry",
+                         condition=Q(worker_id__isnull=False)),
+        ]
 
 
 class TallyFields(models.Model):

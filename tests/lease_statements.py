@@ -1,6 +1,7 @@
-"""Shape i's statements (bench/directions.sql: the next send protocol, a lease per batch behind a
-campaign cursor) called as the engine will call them, for the tests of them: one owner for how a
-claim's pacing and a settle's outcomes become parameters."""
+"""The lease protocol's statements (growth/managers/leases.sql: the next send protocol, a lease
+per batch behind a campaign cursor; the bench's direction i) on the bench's copies of its tables,
+called as the engine will call them, each on a connection of the test's choosing, for the tests
+of them: one owner for how a claim's pacing and a settle's outcomes become parameters."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ def _statements() -> dict[str, str]:
 
 
 def run(cursor, name: str, **params) -> list[dict]:
-    """One of directions.sql's statements; its rows as dicts. A claim is sent after lock_cursor,
-    in the same string and transaction, as the bench sends it."""
-    if name == "claim_complete":
+    """One of bench.directions.statements() (``leases.<name>``: the engine's, on the copies); its
+    rows as dicts. A claim is sent after its lock_cursor, in the same string and transaction, as
+    the engine sends it."""
+    if name == "leases.claim":
         sql = directions._claim_lock(directions.DIRECTIONS["i"], _statements()) + _statements()[name]
     else:
         sql = _statements()[name]
@@ -32,10 +34,10 @@ def run(cursor, name: str, **params) -> list[dict]:
 def claim(cursor, *, campaign_id: int, worker_id: str, batch_size: int,
           shares: Mapping[int, int] | None = None, hand_over: bool = True,
           scan: int = 20) -> list[dict]:
-    """claim_complete. ``shares``: the paced destinations, each with the rows its tokens allow
+    """leases.claim. ``shares``: the paced destinations, each with the rows its tokens allow
     now (none: nothing paced); ``scan``: how far past the cursor a claim walks while paced."""
     shares = shares or {}
-    return run(cursor, "claim_complete", campaign_id=campaign_id, worker_id=worker_id,
+    return run(cursor, "leases.claim", campaign_id=campaign_id, worker_id=worker_id,
                batch_size=batch_size, lease=directions.LEASE, hand_over=hand_over,
                paced=list(shares), share_ids=list(shares), share_counts=list(shares.values()),
                scan=scan)
@@ -43,21 +45,21 @@ def claim(cursor, *, campaign_id: int, worker_id: str, batch_size: int,
 
 def settle(cursor, rows: list[dict], outcomes: Mapping[int, str], *, campaign_id: int,
            worker_id: str) -> dict[int, str]:
-    """settle_cursor of a claim's rows: each row's outcome from ``outcomes``, else 'sent' (or
+    """leases.settle of a claim's rows: each row's outcome from ``outcomes``, else 'sent' (or
     'suppressed' where the claim found it blocked); a transient failure is due again at once.
     Returns {send id: status} of the rows written."""
     params = directions._settle_params(directions.DIRECTIONS["i"], rows, campaign_id, worker_id)
     params["outcomes"] = [outcomes.get(row["id"], outcome)
                           for row, outcome in zip(rows, params["outcomes"], strict=True)]
     params["backoff_base"] = 0.0
-    return {row["id"]: row["status"] for row in run(cursor, "settle_cursor", **params)}
+    return {row["id"]: row["status"] for row in run(cursor, "leases.settle", **params)}
 
 
 def expire_and_recover(cursor, *, idempotent: bool, max_attempts: int,
                        worker_id: str | None = None) -> dict:
-    """Let the live leases (of one worker, or of all) run out, then recover_leases: its counts."""
+    """Let the live leases (of one worker, or of all) run out, then leases.recover: its counts."""
     cursor.execute("UPDATE dir_leases SET expires_at = now() - interval '1 second' "
                    "WHERE worker_id IS NOT NULL AND (%s::text IS NULL OR worker_id = %s)",
                    [worker_id, worker_id])
-    return run(cursor, "recover_leases", idempotent=idempotent, max_attempts=max_attempts,
+    return run(cursor, "leases.recover", idempotent=idempotent, max_attempts=max_attempts,
                limit=100)[0]

@@ -1,4 +1,5 @@
-"""The bench's one-write table shapes (bench/directions.py, g and h) on the real database: what
+"""The bench's one-write table shapes (bench/directions.py: g, h, and i, the engine's lease protocol
+on copies of its tables) on the real database: what
 their figures rest on. Racing claimers take disjoint leases that cover every row, a settle
 writes only its own lease's rows, and the opt-out check at the claim is a read whose finding the
 settle writes."""
@@ -20,18 +21,21 @@ ONE_WRITE = ["g", "h", "i"]
 
 
 def _shape(key: str, campaign_id: int) -> tuple[str, str]:
-    """Fill the shape's copy of the campaign; its (claim, settle) SQL."""
+    """Fill the shape's copy of the campaign; its (claim, settle) SQL, each as the bench sends it
+    (i: the claim after its lock_cursor, the settle after its SET LOCAL)."""
     direction = directions.DIRECTIONS[key]
     directions.fill(direction, campaign_id)
     claim, settle = direction.statements
     sql = directions.statements()
-    return sql[claim], sql[settle]
+    return directions._claim_lock(direction, sql) + sql[claim], sql[settle]
 
 
 def _claim(cursor, sql: str, *, campaign_id: int, worker_id: str, batch_size: int) -> list[dict]:
     cursor.execute(sql, {"campaign_id": campaign_id, "worker_id": worker_id,
                          "batch_size": batch_size, "lease": directions.LEASE, "hand_over": True,
                          "after": 0, **directions.UNPACED})
+    while cursor.nextset():  # past a lock's or a setting's result, to the statement's
+        pass
     return fetch_dicts(cursor)
 
 
@@ -39,6 +43,8 @@ def _settle(cursor, sql: str, key: str, rows: list[dict], *, campaign_id: int,
             worker_id: str) -> dict[int, str]:
     cursor.execute(sql, directions._settle_params(directions.DIRECTIONS[key], rows, campaign_id,
                                                   worker_id))
+    while cursor.nextset():
+        pass
     return {row["id"]: row["status"] for row in fetch_dicts(cursor)}
 
 
@@ -252,7 +258,7 @@ def test_i_a_lease_handed_to_an_idempotent_receiver_goes_again_until_the_attempt
 def _cancel(cursor, campaign_id: int) -> list[int]:
     """What the engine's cancel would do: the campaign row, then cancel_rows."""
     cursor.execute("UPDATE growth_campaigns SET status = 'cancelled' WHERE id = %s", [campaign_id])
-    return sorted(row["id"] for row in lease.run(cursor, "cancel_rows", campaign_id=campaign_id))
+    return sorted(row["id"] for row in lease.run(cursor, "leases.cancel_rows", campaign_id=campaign_id))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -264,15 +270,15 @@ def test_i_a_released_lease_is_taken_over_and_in_a_cancelled_campaign_its_rows_a
                                  hand_over=False)
         release = {"campaign_id": campaign.id, "worker_id": "w", "idempotent": False,
                    "lease_id": given_back[0]["lease_id"]}
-        assert lease.run(cursor, "release_lease", **release) == [{"freed": 1, "cancelled": 0}]
+        assert lease.run(cursor, "leases.release", **release) == [{"freed": 1, "cancelled": 0}]
         again = lease.claim(cursor, campaign_id=campaign.id, worker_id="v", batch_size=2,
                             hand_over=False)
         assert _jobs(again) == _jobs(given_back)
 
         cursor.execute("UPDATE growth_campaigns SET status = 'cancelled' WHERE id = %s",
                        [campaign.id])
-        assert lease.run(cursor, "release_lease", **release) == [{"freed": 0, "cancelled": 0}]  # not w's
-        assert lease.run(cursor, "release_lease", **{**release, "worker_id": "v",
+        assert lease.run(cursor, "leases.release", **release) == [{"freed": 0, "cancelled": 0}]  # not w's
+        assert lease.run(cursor, "leases.release", **{**release, "worker_id": "v",
                                                 "lease_id": again[0]["lease_id"]}) == [
             {"freed": 0, "cancelled": 2}]
     assert _copy("status") == [("cancelled",)] * 2 + [("queued",)] * 2
@@ -284,7 +290,7 @@ def test_i_a_lease_handed_to_a_plain_receiver_is_not_given_back(drop_copies):
     campaign = _copied_campaign(2)
     with connection.cursor() as cursor:
         handed = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2)
-        assert lease.run(cursor, "release_lease", campaign_id=campaign.id, worker_id="w",
+        assert lease.run(cursor, "leases.release", campaign_id=campaign.id, worker_id="w",
                     idempotent=False, lease_id=handed[0]["lease_id"]) == [
             {"freed": 0, "cancelled": 0}]
     assert [row[1] for row in _leases()] == ["w"]  # left to its settle, or to its expiry
@@ -335,17 +341,17 @@ def test_i_an_operators_requeue_is_due_behind_the_cursor_and_the_wire_is_counted
     with connection.cursor() as cursor:
         lost = lease.claim(cursor, campaign_id=campaign.id, worker_id="dead", batch_size=2)
         _recover(cursor, idempotent=False)
-        assert lease.run(cursor, "finished", campaign_id=campaign.id) == [{"finished": False}]
+        assert lease.run(cursor, "leases.finished", campaign_id=campaign.id) == [{"finished": False}]
         last = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2)
         assert [row["id"] for row in last] == [row[0] for row in _copy("id")][2:]  # one row
         assert [(r["worker_id"], r["rows_held"]) for r in lease.run(
-            cursor, "on_the_wire", campaign_id=campaign.id)] == [("w", 1)]
+            cursor, "leases.on_the_wire", campaign_id=campaign.id)] == [("w", 1)]
         lease.settle(cursor, last, {}, campaign_id=campaign.id, worker_id="w")
-        assert lease.run(cursor, "finished", campaign_id=campaign.id) == [{"finished": True}]
+        assert lease.run(cursor, "leases.finished", campaign_id=campaign.id) == [{"finished": True}]
 
-        requeued = lease.run(cursor, "requeue_unknown", ids=[row["id"] for row in lost])
+        requeued = lease.run(cursor, "leases.requeue_unknown", ids=[row["id"] for row in lost])
         assert len(requeued) == 2
-        assert lease.run(cursor, "finished", campaign_id=campaign.id) == [{"finished": False}]
+        assert lease.run(cursor, "leases.finished", campaign_id=campaign.id) == [{"finished": False}]
         again = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=5)
         assert _jobs(again) == _jobs(lost)
-        assert lease.run(cursor, "on_the_wire", campaign_id=campaign.id)[0]["rows_held"] == 2
+        assert lease.run(cursor, "leases.on_the_wire", campaign_id=campaign.id)[0]["rows_held"] == 2

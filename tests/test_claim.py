@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from growth.managers.queries import split_settings
-from growth.managers.sends import QUERIES, _settle_params
+from growth.managers.sends import QUERIES, settle_params
 from growth.models import Campaign, Send, Subscriber, Suppression
 from growth.sending.transports import Outcome
 from tests.helpers import concurrently
@@ -162,7 +162,7 @@ def test_a_wire_statement_reads_its_rows_by_primary_key_whatever_else_is_on_the_
         params = {"ids": [row.id for row in chunk], "worker_id": "w"}
     else:
         Send.objects.hand_over([row.id for row in chunk], worker_id="w")
-        params = _settle_params([Outcome(row.id, Outcome.SENT) for row in chunk],
+        params = settle_params([Outcome(row.id, Outcome.SENT) for row in chunk],
                                 campaign_id=campaign.id, worker_id="w",
                                 attempts={row.id: row.attempts for row in chunk}, retry_for=60,
                                 backoff_base=1.0, backoff_max=1.0, throttle_delay=1.0)

@@ -154,7 +154,7 @@ class LeaseProtocol(RuleBasedStateMachine):
             self.cancelled = True
             self._sql_raw("UPDATE growth_campaigns SET status = 'cancelled' WHERE id = %s",
                           [self.campaign_id], fetch=False)
-            cancelled = self._sql("cancel_rows", campaign_id=self.campaign_id)
+            cancelled = self._sql("leases.cancel_rows", campaign_id=self.campaign_id)
             note(f"operator cancels: rows {sorted(r['id'] for r in cancelled)}")
 
     @rule()
@@ -162,7 +162,7 @@ class LeaseProtocol(RuleBasedStateMachine):
         unknown = [row[0] for row in self._sql_raw(
             "SELECT id FROM dir_sends WHERE status = 'unknown'")]
         if unknown and not self.cancelled:
-            for row in self._sql("requeue_unknown", ids=unknown):
+            for row in self._sql("leases.requeue_unknown", ids=unknown):
                 self.requeued[row["id"]] += 1
                 self.fresh[self.job[row["id"]]] = 0
             note(f"operator requeues {unknown}")
@@ -209,7 +209,7 @@ class LeaseProtocol(RuleBasedStateMachine):
                 self._settle("closer", hand)
             statuses = dict(self._sql_raw("SELECT id, status FROM dir_sends"))
             assert set(statuses.values()) <= FINAL, f"not final at the end: {statuses}"
-            assert self._sql("finished", campaign_id=self.campaign_id) == [{"finished": True}]
+            assert self._sql("leases.finished", campaign_id=self.campaign_id) == [{"finished": True}]
             self.one_delivery_per_job_between_requeues_and_none_sent_without_one()
         super().teardown()
 
@@ -233,9 +233,9 @@ class LeaseProtocol(RuleBasedStateMachine):
     def _check(self, worker: str, hand: Hand) -> None:
         ids = [row["id"] for row in hand.rows if row["id"] not in hand.outcomes]
         if self.idempotent:
-            blocked = {row["id"] for row in self._sql("blocked_rows", ids=ids)}
+            blocked = {row["id"] for row in self._sql("sends.blocked", ids=ids)}
         else:
-            stamped = self._sql("hand_over_lease", lease_id=hand.lease_id, worker_id=worker)
+            stamped = self._sql("leases.hand_over", lease_id=hand.lease_id, worker_id=worker)
             if not stamped:  # taken over, or ended: not ours, nothing of it is sent
                 note(f"{worker} hand-over of lease {hand.lease_id}: not ours any more")
                 self.hands[worker] = None

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from growth.managers import campaigns, feedback, sends, suppressions
+from growth.managers import campaigns, feedback, leases, sends, suppressions
 from growth.managers.queries import Prepared, Queries, array_literal, load
 from growth.models import Send
 from growth.sending.transports import Outcome
@@ -81,14 +81,41 @@ def test_a_use_of_a_missing_or_circular_block_is_refused(tmp_path, text, error):
         load(write(tmp_path, text))
 
 
+def test_a_block_of_the_file_beside_is_spliced_in_by_its_stem(tmp_path):
+    (tmp_path / "rules.sql").write_text("-- _active --\nstatus = 'active'\n")
+    (tmp_path / "users.sql").write_text("-- active --\nSELECT id FROM u WHERE {{ rules._active }};\n")
+    assert load(tmp_path / "users.sql") == {"active": "SELECT id FROM u WHERE status = 'active'"}
+
+
+def test_two_files_may_use_each_other_s_blocks_but_not_in_a_circle(tmp_path):
+    (tmp_path / "a.sql").write_text("-- _x --\nx = 1\n-- q --\nSELECT {{ b.r }};\n")
+    (tmp_path / "b.sql").write_text("-- r --\nSELECT 1 WHERE {{ a._x }};\n"
+                                    "-- s --\nSELECT {{ a.q }};\n-- _loop --\n{{ a.loop }}\n")
+    assert load(tmp_path / "b.sql")["s"] == "SELECT SELECT SELECT 1 WHERE x = 1"
+    (tmp_path / "a.sql").write_text("-- loop --\nSELECT {{ b._loop }};\n")
+    with pytest.raises(ValueError, match="'loop' uses itself"):
+        load(tmp_path / "a.sql")
+    with pytest.raises(ValueError, match=r"'q' uses 'b\.nothing', which is no block"):
+        (tmp_path / "a.sql").write_text("-- q --\nSELECT {{ b.nothing }};\n")
+        load(tmp_path / "a.sql")
+
+
+def test_the_settle_policy_is_written_once_and_stands_in_both_protocols_settles():
+    policy = "2 ^ (r.attempt - 1)"
+    assert sends.QUERIES.path.read_text().count(policy) == 1
+    assert policy in sends.QUERIES["settle"] and policy in leases.QUERIES["settle"]
+
+
 def test_the_opt_out_condition_is_written_once_and_stands_in_claim_hand_over_and_blocked():
     condition = "(SELECT sub.status FROM growth_subscribers sub WHERE sub.id = s.subscriber_id)"
     assert sends.QUERIES.path.read_text().count(condition) == 1
     for name in ("claim", "hand_over", "blocked"):
         assert condition in sends.QUERIES[name]
+    for name in ("claim", "hand_over"):  # the lease protocol's
+        assert condition in leases.QUERIES[name]
 
 
-@pytest.mark.parametrize("module", [campaigns, feedback, sends, suppressions])
+@pytest.mark.parametrize("module", [campaigns, feedback, leases, sends, suppressions])
 def test_every_manager_query_file_loads(module):
     assert module.QUERIES.statements and all(q.strip() for q in module.QUERIES.statements.values())
 

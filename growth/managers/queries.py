@@ -5,7 +5,9 @@ A block starts with a line ``-- name --``; the comment lines right under it desc
 statement runs until the next block. Parameters are psycopg's named ``%(param)s``. A block may
 use another block of the same file with ``{{ name }}``: a condition written once stands in every
 statement that applies it (the text is spliced in at load time, so the planner sees exactly what
-a copy would have given it). A block whose name starts with ``_`` is such a fragment only. A
+a copy would have given it); ``{{ sends._blocked }}`` is the block ``_blocked`` of ``sends.sql``
+beside it, so that a rule two files apply has one owner. A block whose name starts with ``_`` is
+such a fragment only. A
 block may begin with ``SET LOCAL`` lines (a planner setting its statement needs): they last until
 the statement's commit, never on the session.
 
@@ -30,7 +32,7 @@ from django.conf import settings
 from django.db import connection
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$", re.MULTILINE)
-_USE = re.compile(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
+_USE = re.compile(r"\{\{\s*([a-z_][a-z0-9_.]*)\s*\}\}")
 _SET_LOCAL = re.compile(r"\ASET LOCAL [a-z_]+ = [a-z0-9_]+;\n", re.IGNORECASE)
 
 # Sent in the same query string as the statement: both run in one implicit transaction, which
@@ -92,6 +94,34 @@ def discard_connection() -> None:
 
 def load(path: Path) -> dict[str, str]:
     """Return {name: statement} for the blocks in ``path``, fragments spliced in."""
+    files: dict[Path, dict[str, str]] = {}
+
+    def blocks_of(sql: Path) -> dict[str, str]:
+        if sql not in files:
+            files[sql] = _blocks(sql)
+        return files[sql]
+
+    def expand(sql: Path, name: str, using: tuple[tuple[Path, str], ...] = ()) -> str:
+        blocks = blocks_of(sql)
+        if name not in blocks:
+            user_file, user = using[-1]
+            used = name if user_file == sql else f"{sql.stem}.{name}"
+            raise ValueError(f"{user_file.name}: {user!r} uses {used!r}, which is no block")
+        if (sql, name) in using:
+            raise ValueError(f"{sql.name}: {name!r} uses itself")
+
+        def splice(used: re.Match) -> str:
+            stem, _, fragment = used[1].rpartition(".")
+            other = sql.with_name(f"{stem}.sql") if stem else sql
+            return expand(other, fragment, (*using, (sql, name)))
+
+        return _USE.sub(splice, blocks[name])
+
+    return {name: expand(path, name) for name in blocks_of(path) if not name.startswith("_")}
+
+
+def _blocks(path: Path) -> dict[str, str]:
+    """{name: text} of the blocks in ``path``, comment lines left out, nothing spliced yet."""
     text = path.read_text()
     names = _HEADER.findall(text)
     if len(names) != len(set(names)):
@@ -104,15 +134,7 @@ def load(path: Path) -> dict[str, str]:
         if not statement:
             raise ValueError(f"{path.name}: query {name!r} is empty")
         blocks[name] = statement
-
-    def expand(name: str, using: tuple[str, ...] = ()) -> str:
-        if name not in blocks:
-            raise ValueError(f"{path.name}: {using[-1]!r} uses {name!r}, which is no block")
-        if name in using:
-            raise ValueError(f"{path.name}: {name!r} uses itself")
-        return _USE.sub(lambda used: expand(used[1], (*using, name)), blocks[name])
-
-    return {name: expand(name) for name in blocks if not name.startswith("_")}
+    return blocks
 
 
 class Queries:

@@ -202,7 +202,7 @@ class SendManager(models.Manager):
         # Not waiting for the disk: a settle lost in a database crash leaves its rows 'sending'
         # under a lease, and lease expiry treats them as after a worker's crash (queued again
         # for an idempotent receiver, 'unknown' for a plain one): never dropped, never resent.
-        (rows,) = QUERIES.together(("settle", _settle_params(
+        (rows,) = QUERIES.together(("settle", settle_params(
             outcomes, campaign_id=campaign_id, worker_id=worker_id, attempts=attempts,
             retry_for=retry_for, backoff_base=backoff_base, backoff_max=backoff_max,
             throttle_delay=throttle_delay)), wait_for_flush=False)
@@ -229,7 +229,7 @@ class SendManager(models.Manager):
         calls = []
         for request in requests:
             if request.outcomes:
-                calls.append(("settle", _settle_params(request.outcomes, **request.policy)))
+                calls.append(("settle", settle_params(request.outcomes, **request.policy)))
             calls.append(("hand_over", {"ids": list(request.hand_over),
                                         "worker_id": request.policy["worker_id"]}))
         results = iter(QUERIES.together(*calls))
@@ -291,7 +291,7 @@ class SendManager(models.Manager):
         return [AddressHistory.from_row(row) for row in rows]
 
 
-def _settle_params(outcomes: Sequence[Outcome], *, campaign_id: int, worker_id: str,
+def settle_params(outcomes: Sequence[Outcome], *, campaign_id: int, worker_id: str,
                    attempts: Mapping[int, int], retry_for: float, backoff_base: float,
                    backoff_max: float, throttle_delay: float) -> dict[str, object]:
     return {"ids": array_literal(o.send_id for o in outcomes),

@@ -140,6 +140,10 @@ ON CONFLICT DO NOTHING;
 ANALYZE growth_sends;
 
 -- mark_built --
+-- the recipient list is whole; the lease protocol's cursor starts before its first row
+WITH cursor AS (
+    {{ leases.open_cursor }}
+)
 UPDATE growth_campaigns
    SET recipients_built_at = now(), updated_at = now()
  WHERE id = %(campaign_id)s AND recipients_built_at IS NULL;
@@ -333,6 +337,31 @@ RETURNING s.id, s.status;
  AND c.status <> 'cancelled'
  AND now() < coalesce(s.first_attempt_at, now()) + make_interval(secs => %(retry_for)s))
 
+-- _settled_outcome --
+-- What a settle writes of an outcome r (r.attempt: the attempt it answers) on row s of campaign c
+-- (locked FOR SHARE), in either protocol (leases.sql's settle too). A throttle ("slow down") is
+-- due again when the receiver said (Retry-After) or after throttle_delay: the paced rate, not
+-- its backoff, decides when it goes; anything else retried waits an exponential backoff with
+-- +-10 per cent jitter, capped. 'suppressed': the lease protocol's claim found the row blocked.
+status = CASE
+    WHEN r.outcome = 'sent' THEN 'sent'
+    WHEN r.outcome = 'suppressed' THEN 'suppressed'
+    WHEN {{ _retried }} THEN 'queued'
+    WHEN r.outcome IN ('transient', 'throttled') AND c.status = 'cancelled' THEN 'cancelled'
+    ELSE 'failed' END,
+sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
+-- a provider's id longer than the column must not fail the whole batch's settle
+provider_message_id = CASE WHEN r.outcome = 'sent' THEN left(r.provider_message_id, 255)
+                           ELSE s.provider_message_id END,
+last_error = r.error,
+next_attempt_at = CASE
+    WHEN {{ _retried }} AND r.outcome = 'throttled'
+    THEN now() + make_interval(secs => coalesce(r.retry_after, %(throttle_delay)s))
+    WHEN {{ _retried }}
+    THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ (r.attempt - 1),
+                                             %(backoff_max)s) * (0.9 + random() * 0.2)) END,
+updated_at = now()
+
 -- settle --
 -- Record what the transport said, for a whole batch at once. Only rows still in the hands of
 -- this claim are touched: this worker's, at the attempt it claimed. A row whose lease expired
@@ -354,30 +383,13 @@ WITH campaign AS MATERIALIZED (
     SELECT id, status FROM growth_campaigns WHERE id = %(campaign_id)s FOR SHARE
 )
 UPDATE growth_sends s
-   SET status = CASE
-           WHEN r.outcome = 'sent' THEN 'sent'
-           WHEN {{ _retried }} THEN 'queued'
-           WHEN r.outcome IN ('transient', 'throttled') AND c.status = 'cancelled' THEN 'cancelled'
-           ELSE 'failed' END,
+   SET {{ _settled_outcome }},
        attempts = s.attempts - CASE WHEN r.outcome = 'throttled' THEN 1 ELSE 0 END,
-       sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
-       -- a provider's id longer than the column must not fail the whole batch's settle
-       provider_message_id = CASE WHEN r.outcome = 'sent' THEN left(r.provider_message_id, 255)
-                                  ELSE s.provider_message_id END,
-       last_error = r.error,
-       next_attempt_at = CASE
-           WHEN {{ _retried }} AND r.outcome = 'throttled'
-           THEN now() + make_interval(secs => coalesce(r.retry_after, %(throttle_delay)s))
-           -- exponential backoff with +-10%% jitter, capped
-           WHEN {{ _retried }}
-           THEN now() + make_interval(secs => least(%(backoff_base)s * 2 ^ (s.attempts - 1),
-                                                    %(backoff_max)s) * (0.9 + random() * 0.2)) END,
        lease_expires_at = NULL,
        -- a refused attempt is known not delivered: queued again, the row is not in doubt (a
        -- follow-up may take it; see take_from_original)
        handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled') THEN NULL
-                             ELSE s.handed_over_at END,
-       updated_at = now()
+                             ELSE s.handed_over_at END
   FROM campaign c,
        unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
               %(provider_ids)s::text[], %(errors)s::text[], %(retry_afters)s::float8[])

@@ -1,0 +1,153 @@
+"""The lease protocol's statements (leases.sql): a campaign's rows claimed in leases behind its
+cursor, each row written once, by the settle that ends its lease.
+
+The engine's worker still runs the row protocol (sends.sql); moving it onto these is the rest of
+docs/one-write-per-recipient.md's plan. What is here is the protocol whole, on the engine's own
+tables, checked by tests/test_leases.py and tests/test_lease_protocol_stateful.py and measured
+by the bench (direction i, on copies of these tables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from django.db import models, transaction
+
+from growth.managers.queries import FromRow, Queries
+from growth.managers.sends import Claimed, Requeued, settle_params
+from growth.sending.transports.base import Outcome
+
+QUERIES = Queries.beside(__file__)
+
+SUPPRESSED = "suppressed"  # a settle's outcome for a row the claim or the hand-over found blocked
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One claim: its lease's id (None: nothing was due) and its rows, each 'sending' (to send)
+    or 'suppressed' (an opt-out: the settle writes it so), with the attempt this claim makes."""
+
+    id: int | None
+    rows: list[Claimed]
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """The destinations paced now, each with the rows its tokens allow (``shares``), and how many
+    rows past the cursor a claim walks while any is paced (``scan``)."""
+
+    shares: Mapping[int, int]
+    scan: int
+
+    @property
+    def params(self) -> dict[str, object]:
+        return {"paced": list(self.shares), "share_ids": list(self.shares),
+                "share_counts": [max(n, 0) for n in self.shares.values()], "scan": self.scan}
+
+
+UNPACED = Pacing(shares={}, scan=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery(FromRow):
+    """What one recovery did: leases freed for a take-over, leases ended, and their rows."""
+
+    freed: int
+    lost: int
+    unknown: int
+    cancelled: int
+
+
+@dataclass(frozen=True, slots=True)
+class Released(FromRow):
+    freed: int  # leases freed for a take-over
+    cancelled: int  # rows cancelled with their campaign
+
+
+@dataclass(frozen=True, slots=True)
+class Held(FromRow):
+    """A worker's rows on the wire in one campaign (its live leases)."""
+
+    worker_id: str
+    rows_held: int
+    lease_ends_at: object
+
+
+class LeaseManager(models.Manager):
+    """Claim, hand over, settle, give back and recover leases (see leases.sql)."""
+
+    def claim(self, *, worker_id: str, campaign_id: int, batch_size: int, lease: float,
+              hand_over: bool = False, pacing: Pacing = UNPACED) -> Lease:
+        """Claim the campaign's next batch under a new lease (committed before this returns):
+        a free lease whole, or its rows due again and then those past its cursor. ``hand_over``:
+        the lease counts as handed over at once (a receiver that de-duplicates)."""
+        # The cursor's lock first, in the same string and transaction: the claim's snapshot then
+        # follows the wait (leases.sql, lock_cursor). Not waiting for the disk: a claim lost in a
+        # database crash leaves its rows behind the old cursor, queued, with nothing sent.
+        params = {"campaign_id": campaign_id, "worker_id": worker_id, "batch_size": batch_size,
+                  "lease": lease, "hand_over": hand_over, **pacing.params}
+        _, rows = QUERIES.together(("lock_cursor", {"campaign_id": campaign_id}),
+                                   ("claim", params), wait_for_flush=False)
+        lease_id = rows[0]["lease_id"] if rows else None
+        claimed = [Claimed.from_row({k: v for k, v in row.items() if k != "lease_id"})
+                   for row in rows]
+        return Lease(lease_id, sorted(claimed, key=lambda c: c.id))
+
+    def hand_over(self, lease_id: int, *, worker_id: str) -> dict[int, str]:
+        """Stamp the lease handed over before its rows go on a wire; return {id: 'sending' (send
+        it) | 'suppressed' (an opt-out: do not)}. Empty: the lease is no longer this claim's,
+        and nothing of it may be sent. Its commit waits for the disk."""
+        rows = QUERIES.rows("hand_over", lease_id=lease_id, worker_id=worker_id)
+        return {row["id"]: SUPPRESSED if row["blocked"] else "sending" for row in rows}
+
+    def settle(self, lease_id: int, outcomes: Sequence[Outcome], *, campaign_id: int,
+               worker_id: str, attempts: Mapping[int, int], retry_for: float,
+               backoff_base: float, backoff_max: float,
+               throttle_delay: float = 1.0) -> dict[int, str]:
+        """End the lease and write each of its rows once; return {send id: new status}.
+
+        ``outcomes``: one for every row of the lease, those found blocked as ``SUPPRESSED``.
+        ``attempts``: each row's attempt as the claim returned it. A lease taken over is no
+        longer this claim's: nothing is written, and the result is empty (but for rows that
+        recovery made 'unknown' from this lease and that were in fact accepted: 'sent')."""
+        params = settle_params(outcomes, campaign_id=campaign_id, worker_id=worker_id,
+                               attempts=attempts, retry_for=retry_for, backoff_base=backoff_base,
+                               backoff_max=backoff_max, throttle_delay=throttle_delay)
+        rows = QUERIES.rows("settle", lease_id=lease_id, wait_for_flush=False, **params)
+        return {row["id"]: row["status"] for row in rows}
+
+    def release(self, lease_id: int, *, campaign_id: int, worker_id: str,
+                idempotent: bool) -> Released:
+        """Give back a lease this worker will not send: freed for a take-over, or, in a
+        cancelled campaign, ended with its rows cancelled. A lease handed to a plain receiver
+        stays to its expiry (its rows may have gone out)."""
+        return Released.from_row(QUERIES.one("release", lease_id=lease_id,
+                                             campaign_id=campaign_id, worker_id=worker_id,
+                                             idempotent=idempotent))
+
+    def recover(self, *, idempotent: bool, max_attempts: int, limit: int = 1_000) -> Recovery:
+        """Free or end the leases whose worker died or stalled past their expiry."""
+        return Recovery.from_row(QUERIES.one("recover", idempotent=idempotent,
+                                             max_attempts=max_attempts, limit=limit))
+
+    def cancel_rows(self, campaign_id: int) -> list[int]:
+        """A cancelled campaign's rows that no worker holds, cancelled (after its row was set
+        'cancelled', in the same transaction); return them."""
+        return QUERIES.column("cancel_rows", campaign_id=campaign_id)
+
+    def requeue_unknown(self, send_ids: Sequence[int]) -> list[Requeued]:
+        """Queue 'unknown' rows again with the same job id, due at once; return the rows moved.
+        A finished campaign of theirs goes back to sending; rows of a cancelled campaign, and
+        rows handed to a follow-up, are left alone."""
+        with transaction.atomic():
+            QUERIES.rows("lock_campaigns_of_unknown", ids=list(send_ids))
+            rows = QUERIES.rows("requeue_unknown", ids=list(send_ids))
+        return [Requeued.from_row(row) for row in rows]
+
+    def on_the_wire(self, campaign_id: int) -> list[Held]:
+        return [Held.from_row(row) for row in QUERIES.rows("on_the_wire", campaign_id=campaign_id)]
+
+    def finished(self, campaign_id: int) -> bool:
+        """No row of the campaign is queued: none waits, none is in a lease (live or free)."""
+        return QUERIES.one("finished", campaign_id=campaign_id)["finished"]

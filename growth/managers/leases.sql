@@ -1,0 +1,353 @@
+-- The lease protocol (docs/one-write-per-recipient.md): a campaign's rows are claimed in leases,
+-- one row of growth_send_leases per batch (or per wire's chunk), behind the campaign's cursor
+-- (growth_send_cursors). A claim writes no send row: a row in flight stays 'queued', and its
+-- settle, which ends the lease, writes it once. The compare-and-set of the whole batch is the
+-- settle's DELETE of its own lease: a lease taken over (under a new id) is no longer the late
+-- settle's, and then nothing is written. Every writer of a campaign's queued rows takes the
+-- cursor's lock first (a claim, a cancel, a follow-up's build), so they take turns.
+-- Checked by verify/lease_protocol.pml, tests/test_lease_protocol_stateful.py and
+-- tests/test_leases.py; measured as the bench's direction i on copies of these tables.
+-- Times are the database's now(), never a worker's clock.
+
+-- open_cursor --
+-- A built campaign's cursor, before its first row: with the recipient list, in its transaction.
+INSERT INTO growth_send_cursors (campaign_id) VALUES (%(campaign_id)s)
+ON CONFLICT (campaign_id) DO NOTHING;
+
+-- lock_cursor --
+-- The claim's first statement, sent in the same string and so in the same transaction: wait
+-- for the campaign cursor's lock and take it. The claim that follows takes its snapshot only then,
+-- and sees what the claim before it committed. As one statement, the claim's snapshot predated
+-- its wait: its list of due rows was stale, and its UPDATE locked the newest version of rows the
+-- claim before had leased meanwhile (to recheck them and pass them over, keeping the lock) while
+-- that lease's settle was writing the others. The racing test deadlocked about one run in four.
+SELECT claimed_to FROM growth_send_cursors WHERE campaign_id = %(campaign_id)s FOR UPDATE;
+
+-- claim --
+-- One claim of a campaign, under its cursor's lock (after lock_cursor). The batch is either:
+-- 1. a free lease of the campaign, whole, under a new id: given back by a worker, or freed by
+--    recovery after its worker died (its rows were never handed over, or were handed to a
+--    receiver that de-duplicates: then they go again under the same job ids); or
+-- 2. rows behind the cursor that are due again: retries, rows an operator queued again, rows of
+--    a paced destination set aside. Those of a destination not paced, and of each paced one up
+--    to its share (share_ids, share_counts: the tokens it has now); and after them
+-- 3. rows after the cursor, up to the batch's size. While destinations are paced, at most `scan`
+--    of them are walked, and those of a paced destination among them are set aside: due now,
+--    behind the cursor, where 2 takes them as their destination's tokens allow. A row set aside
+--    costs a second write; only a paced destination's rows, sent at the paced rate, pay it.
+-- Whatever is behind the cursor, queued and in no lease has next_attempt_at set: that is how 2
+-- finds it. The opt-out check is a read; the settle writes what it found ('suppressed'). The
+-- rows come back with the attempt this claim makes, 'sending' or 'suppressed', and the lease's
+-- id (none: nothing was due). hand_over: the lease counts as handed over at once (a receiver
+-- that de-duplicates).
+WITH cursor AS MATERIALIZED (
+    SELECT claimed_to
+      FROM growth_send_cursors
+     WHERE campaign_id = %(campaign_id)s
+       AND EXISTS (SELECT 1 FROM growth_campaigns c
+                    WHERE c.id = %(campaign_id)s AND c.status = 'sending')
+       FOR UPDATE
+), freed AS MATERIALIZED (
+    DELETE FROM growth_send_leases l
+     WHERE l.id = (SELECT f.id
+                     FROM growth_send_leases f
+                    WHERE f.campaign_id = %(campaign_id)s
+                      AND f.worker_id IS NULL
+                      AND EXISTS (SELECT 1 FROM cursor)
+                    ORDER BY f.id
+                    LIMIT 1
+                      FOR UPDATE SKIP LOCKED)
+    RETURNING l.send_ids, l.takeovers
+), retried AS MATERIALIZED (
+    UPDATE growth_sends s
+       SET next_attempt_at = NULL
+     WHERE s.id = ANY(ARRAY(
+               (SELECT r.id
+                  FROM growth_sends r
+                 WHERE r.campaign_id = %(campaign_id)s
+                   AND r.next_attempt_at <= now()
+                   AND r.status = 'queued'
+                   AND (r.destination_id IS NULL OR r.destination_id <> ALL(%(paced)s::int[]))
+                   AND EXISTS (SELECT 1 FROM cursor)
+                   AND NOT EXISTS (SELECT 1 FROM freed)
+                 ORDER BY r.next_attempt_at
+                 LIMIT %(batch_size)s)
+               UNION ALL
+               (SELECT share.id
+                  FROM unnest(%(share_ids)s::int[], %(share_counts)s::int[]) AS g(destination_id, n)
+                 CROSS JOIN LATERAL (
+                       SELECT r.id
+                         FROM growth_sends r
+                        WHERE r.campaign_id = %(campaign_id)s
+                          AND r.destination_id = g.destination_id
+                          AND r.next_attempt_at <= now()
+                          AND r.status = 'queued'
+                          AND EXISTS (SELECT 1 FROM cursor)
+                          AND NOT EXISTS (SELECT 1 FROM freed)
+                        ORDER BY r.next_attempt_at
+                        LIMIT g.n) share)))
+       AND s.next_attempt_at <= now()
+       AND s.status = 'queued'
+    RETURNING s.id
+), walked AS MATERIALIZED (
+    SELECT w.id, w.paced
+      FROM (SELECT s.id,
+                   coalesce(s.destination_id = ANY(%(paced)s::int[]), false) AS paced,
+                   count(*) FILTER (WHERE s.destination_id IS NULL
+                                       OR s.destination_id <> ALL(%(paced)s::int[]))
+                       OVER (ORDER BY s.campaign_id, s.id) AS unpaced_so_far
+              FROM growth_sends s
+             WHERE (s.campaign_id, s.id) > (%(campaign_id)s, (SELECT claimed_to FROM cursor))
+               AND (s.campaign_id, s.id) < (%(campaign_id)s + 1, 0)
+               AND s.status = 'queued'
+               AND NOT EXISTS (SELECT 1 FROM freed)
+             ORDER BY s.campaign_id, s.id
+             LIMIT CASE WHEN cardinality(%(paced)s::int[]) = 0
+                        THEN greatest(%(batch_size)s - (SELECT count(*) FROM retried), 0)
+                        ELSE %(scan)s END) w
+     -- the room left: every row up to the last one taken, and the paced ones before the next
+     WHERE w.unpaced_so_far < greatest(%(batch_size)s - (SELECT count(*) FROM retried), 0)
+        OR (NOT w.paced
+            AND w.unpaced_so_far = greatest(%(batch_size)s - (SELECT count(*) FROM retried), 0))
+), set_aside AS (
+    UPDATE growth_sends s
+       SET next_attempt_at = now()
+     WHERE s.id = ANY(ARRAY(SELECT id FROM walked WHERE paced))
+), due AS MATERIALIZED (
+    SELECT unnest(send_ids) AS id FROM freed
+    UNION ALL
+    SELECT id FROM retried
+    UNION ALL
+    SELECT id FROM walked WHERE NOT paced
+), moved AS (
+    UPDATE growth_send_cursors
+       SET claimed_to = (SELECT max(id) FROM walked)
+     WHERE campaign_id = %(campaign_id)s AND EXISTS (SELECT 1 FROM walked)
+), lease AS (
+    INSERT INTO growth_send_leases (campaign_id, worker_id, expires_at, send_ids, handed_over_at,
+                            takeovers)
+    SELECT %(campaign_id)s, %(worker_id)s, now() + make_interval(secs => %(lease)s), batch.ids,
+           CASE WHEN %(hand_over)s THEN now() END, coalesce((SELECT takeovers FROM freed), 0)
+      FROM (SELECT ARRAY(SELECT id FROM due ORDER BY id) AS ids) batch
+     WHERE cardinality(batch.ids) > 0
+    RETURNING id
+)
+SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
+       CASE WHEN {{ sends._blocked }} THEN 'suppressed' ELSE 'sending' END AS status,
+       s.attempts + 1 AS attempts, s.destination_id, (SELECT id FROM lease) AS lease_id
+  FROM growth_sends s
+ WHERE s.id = ANY(ARRAY(SELECT id FROM due))
+   AND s.status = 'queued';  -- a free lease's row another writer moved on is not sent again
+
+-- settle --
+-- The settle of one lease: it ends the lease (DELETE ... WHERE id = this claim's lease: a lease
+-- taken over has a new id, and then nothing is written), and writes each of its rows once, with
+-- the outcome (sends._settled_outcome: the same policy as the row protocol's settle), the
+-- attempt, and the hand-over's time the lease kept. A row that recovery made 'unknown' from this
+-- very lease (it wrote the lease's id on the row) while the worker was slow, and that is now
+-- known accepted, becomes 'sent'. The campaign is read FOR SHARE, so a cancel cannot commit in
+-- between: a transient row of a cancelled campaign ends 'cancelled', never 'queued'. Planned
+-- without nested loops, as the row protocol's settle.
+SET LOCAL enable_nestloop = off;
+WITH campaign AS MATERIALIZED (
+    SELECT id, status FROM growth_campaigns WHERE id = %(campaign_id)s FOR SHARE
+), ended AS MATERIALIZED (
+    DELETE FROM growth_send_leases
+     WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
+    RETURNING send_ids, handed_over_at
+)
+UPDATE growth_sends s
+   SET {{ sends._settled_outcome }},
+       attempts = s.attempts + CASE WHEN r.outcome IN ('throttled', 'suppressed') THEN 0
+                                    ELSE 1 END,
+       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'suppressed')
+                             THEN NULL
+                             ELSE coalesce((SELECT handed_over_at FROM ended), s.handed_over_at,
+                                           now()) END,
+       first_attempt_at = CASE WHEN r.outcome = 'suppressed' THEN s.first_attempt_at
+                               ELSE coalesce(s.first_attempt_at,
+                                             (SELECT handed_over_at FROM ended), now()) END,
+       claimed_by = %(worker_id)s
+  FROM campaign c,
+       unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
+              %(provider_ids)s::text[], %(errors)s::text[], %(retry_afters)s::float8[])
+           AS r(id, attempt, outcome, provider_message_id, error, retry_after)
+ WHERE s.id = ANY(%(ids)s::bigint[])
+   AND s.id = r.id
+   AND s.campaign_id = c.id
+   AND ((s.id = ANY(coalesce((SELECT send_ids FROM ended), '{}'))
+         AND s.status = 'queued' COLLATE "C")
+        OR (r.outcome = 'sent' AND s.status = 'unknown' COLLATE "C"
+            AND s.claimed_by = 'lease ' || %(lease_id)s))
+RETURNING s.id, s.status;
+
+-- hand_over --
+-- A plain receiver's hand-over of one chunk's lease: stamped, committed (and flushed) before the
+-- wire takes its rows, with the opt-outs read once more: its rows, and which of them an opt-out
+-- now blocks (the settle writes those 'suppressed'). A lease no longer this claim's (taken over,
+-- ended) is not stamped and returns nothing: nothing of it is sent.
+WITH stamped AS MATERIALIZED (
+    UPDATE growth_send_leases
+       SET handed_over_at = now()
+     WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
+    RETURNING send_ids
+)
+SELECT s.id, {{ sends._blocked }} AS blocked
+  FROM growth_sends s
+ WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM stamped));
+
+-- recover --
+-- Leases whose worker died or stalled past their expiry, in one statement. A lease never
+-- handed over (nothing of it went out), or handed to a receiver that de-duplicates and taken
+-- over fewer than max_attempts times, is freed: a claim takes it over whole, under a new id, so
+-- that the late settle of the lease's first holder matches nothing. Otherwise, or in a cancelled
+-- campaign, the lease ends and its rows are written: 'unknown' if it was handed over (nobody can
+-- know whether they went out), 'cancelled' if not. The only write to a send row outside the
+-- settle, and only after a crash. The campaign row is locked FOR SHARE (waiting: only the lease
+-- rows are skipped when locked), so that a cancel committing meanwhile is waited for and its
+-- status read as committed (READ COMMITTED re-reads a row it had to wait for): no lease is freed
+-- in a cancelled campaign, where nothing claims.
+WITH expired AS MATERIALIZED (
+    SELECT l.id, l.send_ids, l.handed_over_at IS NOT NULL AS handed,
+           c.status <> 'cancelled'
+           AND (l.handed_over_at IS NULL
+                OR (%(idempotent)s AND l.takeovers + 1 < %(max_attempts)s)) AS again
+      FROM growth_send_leases l
+      JOIN growth_campaigns c ON c.id = l.campaign_id
+     WHERE l.worker_id IS NOT NULL AND l.expires_at < now()
+     ORDER BY l.id
+     LIMIT %(limit)s
+       FOR SHARE OF c FOR UPDATE OF l SKIP LOCKED
+), freed AS (
+    UPDATE growth_send_leases l
+       SET worker_id = NULL, expires_at = NULL, handed_over_at = NULL,
+           takeovers = l.takeovers + CASE WHEN e.handed THEN 1 ELSE 0 END
+      FROM expired e
+     WHERE l.id = e.id AND e.again
+    RETURNING l.id
+), lost AS (
+    DELETE FROM growth_send_leases l
+     USING expired e
+     WHERE l.id = e.id AND NOT e.again
+    RETURNING l.id
+), written AS (
+    UPDATE growth_sends s
+       SET status = CASE WHEN e.handed THEN 'unknown' ELSE 'cancelled' END,
+           -- the lease's id: its late settle may still say 'sent' (see settle)
+           claimed_by = 'lease ' || e.lease_id,
+           last_error = 'lease expired', updated_at = now()
+      FROM (SELECT unnest(send_ids) AS id, handed, id AS lease_id
+              FROM expired WHERE NOT again) e
+     WHERE s.id = e.id
+       AND s.status = 'queued'
+    RETURNING s.status
+)
+SELECT (SELECT count(*) FROM freed) AS freed, (SELECT count(*) FROM lost) AS lost,
+       (SELECT count(*) FROM written WHERE status = 'unknown') AS unknown,
+       (SELECT count(*) FROM written WHERE status = 'cancelled') AS cancelled;
+
+-- release --
+-- A worker gives back the lease it will not send (the engine paused the campaign): freed for
+-- a take-over if nothing of it went out, or it went to a receiver that de-duplicates; in a
+-- cancelled campaign (locked first, as cancel locks it) the lease ends and its rows are
+-- cancelled. A lease handed to a plain receiver stays to its expiry: its rows may have gone out.
+WITH campaign AS MATERIALIZED (
+    SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE
+), mine AS MATERIALIZED (
+    SELECT l.id, l.send_ids
+      FROM growth_send_leases l
+     WHERE l.id = %(lease_id)s AND l.worker_id = %(worker_id)s
+       AND (l.handed_over_at IS NULL OR %(idempotent)s)
+       AND EXISTS (SELECT 1 FROM campaign)
+       FOR UPDATE
+), freed AS (
+    UPDATE growth_send_leases l
+       SET worker_id = NULL, expires_at = NULL, handed_over_at = NULL
+     WHERE l.id IN (SELECT id FROM mine) AND (SELECT status FROM campaign) <> 'cancelled'
+    RETURNING l.id
+), ended AS (
+    DELETE FROM growth_send_leases l
+     WHERE l.id IN (SELECT id FROM mine) AND (SELECT status FROM campaign) = 'cancelled'
+    RETURNING l.send_ids
+), cancelled AS (
+    UPDATE growth_sends s
+       SET status = 'cancelled', updated_at = now()
+     WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM ended))
+       AND s.status = 'queued'
+    RETURNING s.id
+)
+SELECT (SELECT count(*) FROM freed) AS freed, (SELECT count(*) FROM cancelled) AS cancelled;
+
+-- cancel_rows --
+-- A cancel's rows, after the campaign row was locked and set 'cancelled': under the cursor's
+-- lock, so that no claim runs meanwhile, the free leases end, and every queued row no worker
+-- holds is cancelled, the ones due again included (their next_attempt_at cleared with them:
+-- nothing else behind the cursor has one). The rows of a live lease are on the wire: their
+-- settle writes them (a transient outcome as 'cancelled').
+WITH cursor AS MATERIALIZED (
+    SELECT claimed_to FROM growth_send_cursors WHERE campaign_id = %(campaign_id)s FOR UPDATE
+), free AS (
+    DELETE FROM growth_send_leases
+     WHERE campaign_id = %(campaign_id)s AND worker_id IS NULL
+       AND EXISTS (SELECT 1 FROM cursor)
+), held AS MATERIALIZED (
+    SELECT unnest(send_ids) AS id
+      FROM growth_send_leases
+     WHERE campaign_id = %(campaign_id)s AND worker_id IS NOT NULL
+       AND EXISTS (SELECT 1 FROM cursor)
+)
+UPDATE growth_sends s
+   SET status = 'cancelled', next_attempt_at = NULL, updated_at = now()
+ WHERE s.campaign_id = %(campaign_id)s
+   AND s.status = 'queued'
+   AND s.id NOT IN (SELECT id FROM held)
+   AND EXISTS (SELECT 1 FROM cursor)
+RETURNING s.id;
+
+-- lock_campaigns_of_unknown --
+-- An operator's retry, step 1, as the row protocol's (see there).
+{{ sends.lock_campaigns_of_unknown }}
+
+-- requeue_unknown --
+-- Step 2, in a later statement of the same transaction: 'unknown' rows queued again with the same
+-- job id (the operator accepts a possible duplicate), due at once behind the cursor, where the
+-- claim's retry path finds them; a campaign that had finished goes back to sending (a paused one
+-- stays paused). Not a row handed to a follow-up (it sends the message), nor one of a cancelled
+-- campaign: nothing would ever send it.
+WITH requeued AS (
+    UPDATE growth_sends s
+       SET status = 'queued', next_attempt_at = now(), updated_at = now(),
+           last_error = 'requeued by an operator after: ' || s.last_error
+      FROM growth_campaigns c
+     WHERE s.id = ANY(%(ids)s::bigint[])
+       AND s.status = 'unknown'
+       AND s.resent_in_id IS NULL
+       AND c.id = s.campaign_id
+       AND c.status IN ('sending', 'paused', 'sent')
+    RETURNING s.id, s.campaign_id
+), reopened AS (
+    UPDATE growth_campaigns c
+       SET status = 'sending', finished_at = NULL, updated_at = now()
+     WHERE c.id IN (SELECT campaign_id FROM requeued)
+       AND c.status = 'sent'
+    RETURNING c.id
+)
+SELECT r.id, r.campaign_id, r.campaign_id IN (SELECT id FROM reopened) AS reopened
+  FROM requeued r;
+
+-- on_the_wire --
+-- The rows each worker holds, from the live leases: what the admin's workers page and the
+-- live monitor count as on the wire. A row in flight is 'queued' in growth_sends.
+SELECT worker_id, sum(cardinality(send_ids))::int AS rows_held, min(expires_at) AS lease_ends_at
+  FROM growth_send_leases
+ WHERE campaign_id = %(campaign_id)s AND worker_id IS NOT NULL
+ GROUP BY worker_id
+ ORDER BY worker_id;
+
+-- finished --
+-- Nothing left to send: no row queued, since a row in flight, in a free lease or due again
+-- is 'queued'. One probe that stops at the first.
+SELECT (SELECT 1
+          FROM growth_sends s
+         WHERE s.campaign_id = %(campaign_id)s AND s.status = 'queued'
+         LIMIT 1) IS NULL AS finished;
