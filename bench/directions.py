@@ -305,7 +305,9 @@ def _settle_params(direction: Direction, rows: list[dict], campaign_id: int, wor
               "retry_afters": [None] * len(settled), "campaign_id": campaign_id,
               "worker_id": worker_id, **SETTLE_POLICY}
     if direction.lease or direction.cursor:
-        params["lease_id"] = rows[0]["lease_id"]
+        params["lease_id"] = rows[0]["lease_id"] if rows else None
+    if direction.complete:  # the engine's settle: the null transport's receiver de-duplicates
+        params["idempotent"] = True
     return params
 
 
@@ -322,7 +324,8 @@ def work(index: int, ready, conninfo: str, key: str, batch_size: int, campaign_i
     settle = NO_FLUSH_WAIT + (PLAN_FIX if direction.plan_fix else "") + sql[settle_name]
     worker_id = f"direction-{key}-{index}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-              "campaign_id": campaign_id, "hand_over": True, "after": 0, **UNPACED}
+              "campaign_id": campaign_id, "hand_over": True, "after": 0,
+              "chunk_size": batch_size, **UNPACED}
     with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor,
                          row_factory=dict_row) as conn:
         ready()
@@ -419,7 +422,8 @@ def cost(key: str, *, campaign_id: int, size: int, batch_size: int) -> dict:
     sql = statements()
     worker_id = f"cost-{key}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-              "campaign_id": campaign_id, "hand_over": True, "after": 0, **UNPACED}
+              "campaign_id": campaign_id, "hand_over": True, "after": 0,
+              "chunk_size": batch_size, **UNPACED}
     state = "dir_state" if direction.split else "dir_sends"
     key_column = "send_id" if direction.split else "id"
     wal = {"claim": 0, "settle": 0}

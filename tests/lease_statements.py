@@ -33,25 +33,30 @@ def run(cursor, name: str, **params) -> list[dict]:
 
 def claim(cursor, *, campaign_id: int, worker_id: str, batch_size: int,
           shares: Mapping[int, int] | None = None, hand_over: bool = True,
-          scan: int = 20) -> list[dict]:
+          scan: int = 20, chunk_size: int | None = None) -> list[dict]:
     """leases.claim. ``shares``: the paced destinations, each with the rows its tokens allow
-    now (none: nothing paced); ``scan``: how far past the cursor a claim walks while paced."""
+    now (none: nothing paced); ``scan``: how far past the cursor a claim walks while paced;
+    ``chunk_size``: rows a lease (none: the batch in one)."""
     shares = shares or {}
     return run(cursor, "leases.claim", campaign_id=campaign_id, worker_id=worker_id,
                batch_size=batch_size, lease=directions.LEASE, hand_over=hand_over,
                paced=list(shares), share_ids=list(shares), share_counts=list(shares.values()),
-               scan=scan)
+               scan=scan, chunk_size=chunk_size or batch_size)
 
 
 def settle(cursor, rows: list[dict], outcomes: Mapping[int, str], *, campaign_id: int,
-           worker_id: str) -> dict[int, str]:
-    """leases.settle of a claim's rows: each row's outcome from ``outcomes``, else 'sent' (or
-    'suppressed' where the claim found it blocked); a transient failure is due again at once.
-    Returns {send id: status} of the rows written."""
+           worker_id: str, idempotent: bool = True, lease_id: int | None = None) -> dict[int, str]:
+    """leases.settle of a lease's ``rows`` (of the first row's lease, unless ``lease_id``): each
+    row's outcome from ``outcomes``, else 'sent' (or 'suppressed' where the claim found it
+    blocked); a transient failure is due again at once. Returns {send id: status} of the rows
+    written."""
     params = directions._settle_params(directions.DIRECTIONS["i"], rows, campaign_id, worker_id)
     params["outcomes"] = [outcomes.get(row["id"], outcome)
                           for row, outcome in zip(rows, params["outcomes"], strict=True)]
     params["backoff_base"] = 0.0
+    params["idempotent"] = idempotent
+    if lease_id is not None:
+        params["lease_id"] = lease_id
     return {row["id"]: row["status"] for row in run(cursor, "leases.settle", **params)}
 
 

@@ -32,8 +32,9 @@ def _shape(key: str, campaign_id: int) -> tuple[str, str]:
 
 def _claim(cursor, sql: str, *, campaign_id: int, worker_id: str, batch_size: int) -> list[dict]:
     cursor.execute(sql, {"campaign_id": campaign_id, "worker_id": worker_id,
-                         "batch_size": batch_size, "lease": directions.LEASE, "hand_over": True,
-                         "after": 0, **directions.UNPACED})
+                         "batch_size": batch_size, "chunk_size": batch_size,
+                         "lease": directions.LEASE, "hand_over": True, "after": 0,
+                         **directions.UNPACED})
     while cursor.nextset():  # past a lock's or a setting's result, to the statement's
         pass
     return fetch_dicts(cursor)

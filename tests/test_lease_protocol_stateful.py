@@ -41,7 +41,8 @@ PACED, OTHER = 1, 2  # destination ids on the copy: rows 0 and 2 go to the paced
 MAX_ATTEMPTS = 3
 SENT, TRANSIENT, PERMANENT = "sent", "transient", "permanent"
 DIES, STALLS = "dies", "stalls past its lease"
-FATES = (SENT, TRANSIENT, PERMANENT, DIES, STALLS)
+RAISES = "a wire raises"  # the worker settles what was answered: the rest has no outcome
+FATES = (SENT, TRANSIENT, PERMANENT, DIES, STALLS, RAISES)
 FINAL = {"sent", "failed", "suppressed", "unknown", "cancelled"}
 
 
@@ -112,7 +113,9 @@ class LeaseProtocol(RuleBasedStateMachine):
         """The worker's next move, in the order of the engine's loop: idle, it claims (with the
         paced destination's share of tokens, or nothing paced); then it checks its rows before
         the wire (a plain receiver's hand-over, or an idempotent one's read of the opt-outs),
-        sends them one by one (the receiver answering ``fate``), and settles. Or it dies (its
+        sends them one by one (the receiver answering ``fate``), and settles. A wire may raise
+        after the check: the worker settles the rows answered, the rest without an outcome. Or it
+        dies (its
         memory is lost, its lease stays until it expires), or stalls: its lease runs out and is
         recovered before its move."""
         hand = self.hands[worker]
@@ -125,6 +128,8 @@ class LeaseProtocol(RuleBasedStateMachine):
             self._expire(worker)
         if hand is None:
             self._claim(worker, share)
+        elif fate == RAISES and hand.checked_at and hand.to_send:
+            self._settle(worker, hand, answered_only=True)
         elif not hand.checked_at:
             self._check(worker, hand)
         elif hand.to_send:
@@ -259,10 +264,13 @@ class LeaseProtocol(RuleBasedStateMachine):
         hand.outcomes[row["id"]] = fate
         self.tick()
 
-    def _settle(self, worker: str, hand: Hand) -> None:
+    def _settle(self, worker: str, hand: Hand, *, answered_only: bool = False) -> None:
+        rows = [row for row in hand.rows if row["id"] in hand.outcomes] if answered_only else hand.rows
         with connection.cursor() as cursor:  # a retry is due at once
-            settled = lease_statements.settle(cursor, hand.rows, hand.outcomes,
-                                              campaign_id=self.campaign_id, worker_id=worker)
+            settled = lease_statements.settle(cursor, rows, hand.outcomes,
+                                              campaign_id=self.campaign_id, worker_id=worker,
+                                              idempotent=self.idempotent,
+                                              lease_id=hand.lease_id)
         note(f"{worker} settles lease {hand.lease_id} {hand.outcomes}: {settled}")
         self.hands[worker] = None
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from growth.managers.leases import SUPPRESSED, Pacing
+from growth.managers.leases import SUPPRESSED, Lease, Pacing
 from growth.models import Campaign, Send, SendCursor, SendLease, Suppression
 from growth.sending.transports import Outcome
 from tests.scenarios import sending_campaign
@@ -20,19 +20,30 @@ pytestmark = pytest.mark.django_db(transaction=True)
 POLICY = {"retry_for": 3600.0, "backoff_base": 30.0, "backoff_max": 3600.0}
 
 
-def _claim(campaign: Campaign, worker: str = "w", batch_size: int = 10, **options):
+def _claim(campaign: Campaign, worker: str = "w", batch_size: int = 10, **options) -> Lease | None:
+    """The claim's one lease (None: nothing was due)."""
+    leases = _claim_leases(campaign, worker, batch_size, **options)
+    assert len(leases) <= 1
+    return leases[0] if leases else None
+
+
+def _claim_leases(campaign: Campaign, worker: str = "w", batch_size: int = 10,
+                  **options) -> list[Lease]:
     return SendLease.objects.claim(worker_id=worker, campaign_id=campaign.id,
                                    batch_size=batch_size, lease=60, **options)
 
 
-def _settle(lease, outcomes: dict[int, str] | None = None, worker: str = "w") -> dict[int, str]:
+def _settle(lease: Lease, outcomes: dict[int, str] | None = None, worker: str = "w", *,
+            answered: set[int] | None = None, idempotent: bool = False) -> dict[int, str]:
+    """Settle the lease: each row's outcome from ``outcomes``, else sent (or suppressed, where
+    the claim found it blocked); ``answered``: only these rows have an outcome."""
     outcomes = outcomes or {}
     return SendLease.objects.settle(
         lease.id, [Outcome(row.id, outcomes.get(row.id, Outcome.SENT if row.status == "sending"
                                                  else SUPPRESSED),
                            provider_message_id=f"p-{row.id}", error="")
-                   for row in lease.rows],
-        campaign_id=lease.rows[0].campaign_id, worker_id=worker,
+                   for row in lease.rows if answered is None or row.id in answered],
+        campaign_id=lease.rows[0].campaign_id, worker_id=worker, idempotent=idempotent,
         attempts={row.id: row.attempts for row in lease.rows}, **POLICY)
 
 
@@ -82,7 +93,7 @@ def test_a_claim_writes_no_send_row_and_its_settle_writes_each_row_once():
     assert [row.id for row in rest.rows] == sorted(set(_rows(campaign)) - set(settled))
     _settle(rest)
     assert SendLease.objects.finished(campaign.id)
-    assert _claim(campaign).id is None
+    assert _claim(campaign) is None
 
 
 def test_the_settle_applies_the_row_protocols_policy_and_a_retry_is_due_behind_the_cursor():
@@ -98,7 +109,7 @@ def test_the_settle_applies_the_row_protocols_policy_and_a_retry_is_due_behind_t
     assert timedelta(seconds=25) < rows[first].next_attempt_at - now < timedelta(seconds=35)
     assert timedelta(0) < rows[third].next_attempt_at - now < timedelta(seconds=2)
     assert not SendLease.objects.finished(campaign.id)
-    assert _claim(campaign).id is None  # neither is due yet
+    assert _claim(campaign) is None  # neither is due yet
 
     Send.objects.filter(id__in=[first, third]).update(next_attempt_at=now - timedelta(seconds=1))
     again = _claim(campaign)
@@ -194,3 +205,45 @@ def test_a_paced_destination_without_tokens_is_set_aside_and_taken_as_its_share_
     _settle(paced)
     share = _claim(campaign, batch_size=10, pacing=Pacing(shares={7: 2}, scan=10))
     assert [row.id for row in share.rows] == ids[0:4:2]
+
+
+def test_a_claim_cut_into_chunks_gives_each_its_lease_handed_over_and_settled_on_its_own():
+    campaign = sending_campaign(count=7)
+    chunks = _claim_leases(campaign, batch_size=7, chunk_size=3)
+    assert [[row.id for row in lease.rows] for lease in chunks] == [
+        sorted(_rows(campaign))[i:i + 3] for i in (0, 3, 6)]
+    assert len({lease.id for lease in chunks}) == 3
+    first, second, last = chunks
+    assert SendLease.objects.hand_over(first.id, worker_id="w")
+    assert SendLease.objects.get(id=second.id).handed_over_at is None  # not yet on a wire
+    assert _settle(first) == {row.id: "sent" for row in first.rows}
+    assert SendLease.objects.count() == 2
+    _settle(second), _settle(last)
+    assert SendLease.objects.finished(campaign.id)
+
+
+@pytest.mark.parametrize("idempotent, handed, cancelled, becomes", [
+    (False, True, False, ("unknown", False)),  # a plain receiver may have taken it: in doubt
+    (True, True, False, ("queued", True)),  # the receiver de-duplicates: due again, same key
+    (False, False, False, ("queued", True)),  # never on a wire: due again
+    (False, False, True, ("cancelled", False)),
+    (True, True, True, ("unknown", False)),  # handed over, and nothing will send it again
+])
+def test_a_row_its_settle_has_no_outcome_for_is_judged_as_recovery_would_never_left_behind(
+        idempotent, handed, cancelled, becomes):
+    campaign = sending_campaign(count=2)
+    lease = _claim(campaign)
+    if handed:
+        SendLease.objects.hand_over(lease.id, worker_id="w")
+    if cancelled:
+        Campaign.objects.filter(id=campaign.id).update(status="cancelled")
+    answered, unanswered = (row.id for row in lease.rows)
+    assert _settle(lease, answered={answered}, idempotent=idempotent) == {answered: "sent"}
+    row = Send.objects.get(id=unanswered)
+    assert (row.status, row.next_attempt_at is not None) == becomes
+    assert row.attempts == 0 and row.last_error == "no outcome recorded for this attempt"
+    if becomes[1]:  # due again: the next claim takes it, under the same job id
+        again = _claim(campaign)
+        assert [r.id for r in again.rows] == [unanswered]
+    else:
+        assert SendLease.objects.finished(campaign.id)

@@ -25,10 +25,10 @@ SUPPRESSED = "suppressed"  # a settle's outcome for a row the claim or the hand-
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """One claim: its lease's id (None: nothing was due) and its rows, each 'sending' (to send)
-    or 'suppressed' (an opt-out: the settle writes it so), with the attempt this claim makes."""
+    """One lease of a claim: its id and its rows, each 'sending' (to send) or 'suppressed' (an
+    opt-out: the settle writes it so), with the attempt this claim makes."""
 
-    id: int | None
+    id: int
     rows: list[Claimed]
 
 
@@ -78,21 +78,25 @@ class LeaseManager(models.Manager):
     """Claim, hand over, settle, give back and recover leases (see leases.sql)."""
 
     def claim(self, *, worker_id: str, campaign_id: int, batch_size: int, lease: float,
-              hand_over: bool = False, pacing: Pacing = UNPACED) -> Lease:
-        """Claim the campaign's next batch under a new lease (committed before this returns):
-        a free lease whole, or its rows due again and then those past its cursor. ``hand_over``:
-        the lease counts as handed over at once (a receiver that de-duplicates)."""
+              chunk_size: int | None = None, hand_over: bool = False,
+              pacing: Pacing = UNPACED) -> list[Lease]:
+        """Claim the campaign's next batch (committed before this returns): a free lease whole,
+        or its rows due again and then those past its cursor, in leases of ``chunk_size`` rows
+        (none: one lease), in id order; [] when nothing is due. ``hand_over``: the leases count
+        as handed over at once (a receiver that de-duplicates)."""
         # The cursor's lock first, in the same string and transaction: the claim's snapshot then
         # follows the wait (leases.sql, lock_cursor). Not waiting for the disk: a claim lost in a
         # database crash leaves its rows behind the old cursor, queued, with nothing sent.
         params = {"campaign_id": campaign_id, "worker_id": worker_id, "batch_size": batch_size,
-                  "lease": lease, "hand_over": hand_over, **pacing.params}
+                  "chunk_size": chunk_size or batch_size, "lease": lease,
+                  "hand_over": hand_over, **pacing.params}
         _, rows = QUERIES.together(("lock_cursor", {"campaign_id": campaign_id}),
                                    ("claim", params), wait_for_flush=False)
-        lease_id = rows[0]["lease_id"] if rows else None
-        claimed = [Claimed.from_row({k: v for k, v in row.items() if k != "lease_id"})
-                   for row in rows]
-        return Lease(lease_id, sorted(claimed, key=lambda c: c.id))
+        leases: dict[int, list[Claimed]] = {}
+        for row in sorted(rows, key=lambda r: r["id"]):
+            lease_id = row.pop("lease_id")
+            leases.setdefault(lease_id, []).append(Claimed.from_row(row))
+        return [Lease(lease_id, claimed) for lease_id, claimed in leases.items()]
 
     def hand_over(self, lease_id: int, *, worker_id: str) -> dict[int, str]:
         """Stamp the lease handed over before its rows go on a wire; return {id: 'sending' (send
@@ -102,19 +106,23 @@ class LeaseManager(models.Manager):
         return {row["id"]: SUPPRESSED if row["blocked"] else "sending" for row in rows}
 
     def settle(self, lease_id: int, outcomes: Sequence[Outcome], *, campaign_id: int,
-               worker_id: str, attempts: Mapping[int, int], retry_for: float,
+               worker_id: str, attempts: Mapping[int, int], idempotent: bool, retry_for: float,
                backoff_base: float, backoff_max: float,
                throttle_delay: float = 1.0) -> dict[int, str]:
-        """End the lease and write each of its rows once; return {send id: new status}.
+        """End the lease and write each of its rows once; return {send id: new status} of the
+        rows with an outcome.
 
-        ``outcomes``: one for every row of the lease, those found blocked as ``SUPPRESSED``.
-        ``attempts``: each row's attempt as the claim returned it. A lease taken over is no
-        longer this claim's: nothing is written, and the result is empty (but for rows that
-        recovery made 'unknown' from this lease and that were in fact accepted: 'sent')."""
+        ``outcomes``: one for each row of the lease, those found blocked as ``SUPPRESSED``; a
+        row without one is judged as recovery would judge it (``idempotent``: the receiver
+        de-duplicates), never left behind. ``attempts``: each row's attempt as the claim
+        returned it. A lease taken over is no longer this claim's: nothing is written, and the
+        result is empty (but for rows that recovery made 'unknown' from this lease and that were
+        in fact accepted: 'sent')."""
         params = settle_params(outcomes, campaign_id=campaign_id, worker_id=worker_id,
                                attempts=attempts, retry_for=retry_for, backoff_base=backoff_base,
                                backoff_max=backoff_max, throttle_delay=throttle_delay)
-        rows = QUERIES.rows("settle", lease_id=lease_id, wait_for_flush=False, **params)
+        rows = QUERIES.rows("settle", lease_id=lease_id, idempotent=idempotent,
+                            wait_for_flush=False, **params)
         return {row["id"]: row["status"] for row in rows}
 
     def release(self, lease_id: int, *, campaign_id: int, worker_id: str,

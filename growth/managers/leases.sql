@@ -37,9 +37,10 @@ SELECT claimed_to FROM growth_send_cursors WHERE campaign_id = %(campaign_id)s F
 --    costs a second write; only a paced destination's rows, sent at the paced rate, pay it.
 -- Whatever is behind the cursor, queued and in no lease has next_attempt_at set: that is how 2
 -- finds it. The opt-out check is a read; the settle writes what it found ('suppressed'). The
--- rows come back with the attempt this claim makes, 'sending' or 'suppressed', and the lease's
--- id (none: nothing was due). hand_over: the lease counts as handed over at once (a receiver
--- that de-duplicates).
+-- rows come back with the attempt this claim makes, 'sending' or 'suppressed', and their lease's
+-- id: the batch is cut into leases of chunk_size rows (a plain receiver's wires hand over and
+-- settle a chunk at a time; a receiver that de-duplicates takes the batch as one). hand_over:
+-- the leases count as handed over at once (a receiver that de-duplicates).
 WITH cursor AS MATERIALIZED (
     SELECT claimed_to
       FROM growth_send_cursors
@@ -123,21 +124,28 @@ WITH cursor AS MATERIALIZED (
     UPDATE growth_send_cursors
        SET claimed_to = (SELECT max(id) FROM walked)
      WHERE campaign_id = %(campaign_id)s AND EXISTS (SELECT 1 FROM walked)
-), lease AS (
+), lease AS (  -- one per chunk of chunk_size rows, in id order
     INSERT INTO growth_send_leases (campaign_id, worker_id, expires_at, send_ids, handed_over_at,
                             takeovers)
-    SELECT %(campaign_id)s, %(worker_id)s, now() + make_interval(secs => %(lease)s), batch.ids,
-           CASE WHEN %(hand_over)s THEN now() END, coalesce((SELECT takeovers FROM freed), 0)
-      FROM (SELECT ARRAY(SELECT id FROM due ORDER BY id) AS ids) batch
-     WHERE cardinality(batch.ids) > 0
-    RETURNING id
+    SELECT %(campaign_id)s, %(worker_id)s, now() + make_interval(secs => %(lease)s),
+           array_agg(chunk.id ORDER BY chunk.id), CASE WHEN %(hand_over)s THEN now() END,
+           coalesce((SELECT takeovers FROM freed), 0)
+      FROM (SELECT id, (row_number() OVER (ORDER BY id) - 1) / greatest(%(chunk_size)s, 1) AS n
+              FROM due) chunk
+     GROUP BY chunk.n
+    RETURNING id, send_ids
 )
-SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
-       CASE WHEN {{ sends._blocked }} THEN 'suppressed' ELSE 'sending' END AS status,
-       s.attempts + 1 AS attempts, s.destination_id, (SELECT id FROM lease) AS lease_id
-  FROM growth_sends s
- WHERE s.id = ANY(ARRAY(SELECT id FROM due))
-   AND s.status = 'queued';  -- a free lease's row another writer moved on is not sent again
+-- each row found by its primary key (LATERAL: a probe per row, whatever the table's size)
+SELECT claimed.*, held.lease_id
+  FROM (SELECT id AS lease_id, unnest(send_ids) AS send_id FROM lease) held
+ CROSS JOIN LATERAL (
+       SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
+              CASE WHEN {{ sends._blocked }} THEN 'suppressed' ELSE 'sending' END AS status,
+              s.attempts + 1 AS attempts, s.destination_id
+         FROM growth_sends s
+        WHERE s.id = held.send_id
+          AND s.status = 'queued'  -- a free lease's row another writer moved on is not sent again
+       ) claimed;
 
 -- settle --
 -- The settle of one lease: it ends the lease (DELETE ... WHERE id = this claim's lease: a lease
@@ -145,7 +153,8 @@ SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
 -- the outcome (sends._settled_outcome: the same policy as the row protocol's settle), the
 -- attempt, and the hand-over's time the lease kept. A row that recovery made 'unknown' from this
 -- very lease (it wrote the lease's id on the row) while the worker was slow, and that is now
--- known accepted, becomes 'sent'. The campaign is read FOR SHARE, so a cancel cannot commit in
+-- known accepted, becomes 'sent'. A row of the lease without an outcome is judged as recovery
+-- would judge it (idempotent: the receiver de-duplicates). The campaign is read FOR SHARE, so a cancel cannot commit in
 -- between: a transient row of a cancelled campaign ends 'cancelled', never 'queued'. Planned
 -- without nested loops, as the row protocol's settle.
 SET LOCAL enable_nestloop = off;
@@ -155,6 +164,25 @@ WITH campaign AS MATERIALIZED (
     DELETE FROM growth_send_leases
      WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
     RETURNING send_ids, handed_over_at
+), unanswered AS (
+    -- The lease's rows that no outcome names (a wire that raised, a worker's slip): never left
+    -- queued behind the cursor, where no claim would reach them. As recovery would judge them:
+    -- in doubt ('unknown') if handed to a plain receiver, cancelled with their campaign if never
+    -- handed over, otherwise due again at once, their attempt not counted.
+    UPDATE growth_sends s
+       SET status = CASE WHEN e.handed_over_at IS NOT NULL AND NOT %(idempotent)s THEN 'unknown'
+                         WHEN c.status = 'cancelled' AND e.handed_over_at IS NULL THEN 'cancelled'
+                         WHEN c.status = 'cancelled' THEN 'unknown'
+                         ELSE 'queued' END,
+           next_attempt_at = CASE WHEN c.status <> 'cancelled'
+                                       AND (e.handed_over_at IS NULL OR %(idempotent)s)
+                                  THEN now() END,
+           claimed_by = 'lease ' || %(lease_id)s,
+           last_error = 'no outcome recorded for this attempt', updated_at = now()
+      FROM ended e, campaign c
+     WHERE s.id = ANY(e.send_ids)
+       AND s.id <> ALL(%(ids)s::bigint[])
+       AND s.status = 'queued'
 )
 UPDATE growth_sends s
    SET {{ sends._settled_outcome }},
