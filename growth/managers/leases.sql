@@ -180,8 +180,8 @@ WITH campaign AS MATERIALIZED (
            claimed_by = 'lease ' || %(lease_id)s,
            last_error = 'no outcome recorded for this attempt', updated_at = now()
       FROM ended e, campaign c
-     WHERE s.id = ANY(e.send_ids)
-       AND s.id <> ALL(%(ids)s::bigint[])
+     WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM ended  -- a hash, not 500 x 500
+                            EXCEPT SELECT unnest(%(ids)s::bigint[])))
        AND s.status = 'queued'
 )
 UPDATE growth_sends s
