@@ -161,7 +161,9 @@ DIRECTIONS = {
 def statements() -> dict[str, str]:
     """{name: SQL}: the engine's claim and settle on dir_sends, directions.sql's, and the lease
     protocol's (growth/managers/leases.sql, direction i) on dir_sends, dir_leases and dir_cursors
-    as ``leases.<name>``, with sends.sql's ``blocked`` as ``sends.blocked``."""
+    as ``leases.<name>``, with the other statements that protocol shares with the row protocol
+    (``sends.blocked``, ``sends.retry_unknown``, ``campaigns.cancel`` and its locks, the admin's
+    ``workers.held_in_campaign``)."""
     from growth.managers.queries import load
 
     text = SENDS_SQL.read_text() + "\n" + (HERE / "directions.sql").read_text()
@@ -173,8 +175,13 @@ def statements() -> dict[str, str]:
         (Path(tmp) / LEASES_SQL.name).write_text(LEASES_SQL.read_text())
         loaded = load(path)
     engine = load(SENDS_SQL)
+    campaigns = load(SENDS_SQL.with_name("campaigns.sql"))
     return {"claim": _on_copies(loaded["claim"]), "settle": _on_copies(loaded["settle"]),
-            "sends.blocked": _on_copies(engine["blocked"]),
+            **{f"sends.{name}": _on_copies(engine[name]) for name in ("blocked", "retry_unknown")},
+            **{f"campaigns.{name}": _on_copies(campaigns[name])
+               for name in ("lock_campaign", "lock_cursor", "cancel")},
+            "workers.held_in_campaign": _on_copies(
+                load(SENDS_SQL.with_name("workers.sql"))["held_in_campaign"]),
             **{f"leases.{name}": _on_copies(sql) for name, sql in load(LEASES_SQL).items()},
             **{name: loaded[name] for name in ("claim_state", "settle_state", "claim_lease",
                                                "settle_lease", "claim_state_lease",

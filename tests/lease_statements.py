@@ -19,10 +19,13 @@ def _statements() -> dict[str, str]:
 
 def run(cursor, name: str, **params) -> list[dict]:
     """One of bench.directions.statements() (``leases.<name>``: the engine's, on the copies); its
-    rows as dicts. A claim is sent after its lock_cursor, in the same string and transaction, as
-    the engine sends it."""
+    rows as dicts. A claim is sent after its lock_cursor, a cancel after its locks, in the same
+    string and transaction, as the engine sends them."""
     if name == "leases.claim":
         sql = directions._claim_lock(directions.DIRECTIONS["i"], _statements()) + _statements()[name]
+    elif name == "campaigns.cancel":  # after its locks, in the same string and transaction
+        sql = ";\n".join(_statements()[step] for step in ("campaigns.lock_campaign",
+                                                          "campaigns.lock_cursor", name))
     else:
         sql = _statements()[name]
     cursor.execute(sql, params)
@@ -68,3 +71,12 @@ def expire_and_recover(cursor, *, idempotent: bool, max_attempts: int,
                    [worker_id, worker_id])
     return run(cursor, "leases.recover", idempotent=idempotent, max_attempts=max_attempts,
                limit=100)[0]
+
+
+def cancel(cursor, campaign_id: int) -> list[int]:
+    """The engine's cancel of the campaign, on the copies: the rows it cancelled."""
+    cursor.execute("SELECT id FROM dir_sends WHERE status = 'cancelled'")
+    before = {row[0] for row in cursor.fetchall()}
+    run(cursor, "campaigns.cancel", campaign_id=campaign_id)
+    cursor.execute("SELECT id FROM dir_sends WHERE status = 'cancelled'")
+    return sorted({row[0] for row in cursor.fetchall()} - before)

@@ -207,8 +207,8 @@ def test_i_an_expired_lease_never_handed_over_is_taken_over_whole_and_its_late_s
     with connection.cursor() as cursor:
         stalled = lease.claim(cursor, campaign_id=campaign.id, worker_id="stalled", batch_size=5,
                               hand_over=False)
-        assert _recover(cursor, idempotent=False) == {"freed": 1, "lost": 0, "unknown": 0,
-                                                         "cancelled": 0}
+        assert _recover(cursor, idempotent=False) == {"freed": 1, "freed_rows": 5, "lost": 0,
+                                                      "unknown": 0, "cancelled": 0}
         again = lease.claim(cursor, campaign_id=campaign.id, worker_id="alive", batch_size=5)
         assert sorted(row["id"] for row in again) == sorted(row["id"] for row in stalled)
         assert again[0]["lease_id"] != stalled[0]["lease_id"]  # a take-over is a new claim
@@ -226,8 +226,8 @@ def test_i_an_expired_lease_handed_to_a_plain_receiver_ends_unknown_until_its_la
     campaign = _copied_campaign(3)
     with connection.cursor() as cursor:
         slow = lease.claim(cursor, campaign_id=campaign.id, worker_id="slow", batch_size=3)
-        assert _recover(cursor, idempotent=False) == {"freed": 0, "lost": 1, "unknown": 3,
-                                                         "cancelled": 0}
+        assert _recover(cursor, idempotent=False) == {"freed": 0, "freed_rows": 0, "lost": 1,
+                                                      "unknown": 3, "cancelled": 0}
         assert lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=3) == []
         assert _copy("status") == [("unknown",)] * 3
         assert _leases() == []
@@ -252,14 +252,12 @@ def test_i_a_lease_handed_to_an_idempotent_receiver_goes_again_until_the_attempt
         assert _recover(cursor, idempotent=True, max_attempts=3)["freed"] == 1
         lease.claim(cursor, campaign_id=campaign.id, worker_id="dead-3", batch_size=2)
         assert _recover(cursor, idempotent=True, max_attempts=3) == {
-            "freed": 0, "lost": 1, "unknown": 2, "cancelled": 0}
+            "freed": 0, "freed_rows": 0, "lost": 1, "unknown": 2, "cancelled": 0}
     assert _copy("status") == [("unknown",)] * 2
 
 
 def _cancel(cursor, campaign_id: int) -> list[int]:
-    """What the engine's cancel would do: the campaign row, then cancel_rows."""
-    cursor.execute("UPDATE growth_campaigns SET status = 'cancelled' WHERE id = %s", [campaign_id])
-    return sorted(row["id"] for row in lease.run(cursor, "leases.cancel_rows", campaign_id=campaign_id))
+    return lease.cancel(cursor, campaign_id)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -330,8 +328,8 @@ def test_i_recovery_in_a_cancelled_campaign_cancels_what_never_went_out(drop_cop
         lease.claim(cursor, campaign_id=campaign.id, worker_id="a", batch_size=2, hand_over=False)
         lease.claim(cursor, campaign_id=campaign.id, worker_id="b", batch_size=2)  # handed over
         assert _cancel(cursor, campaign.id) == []  # both on the wire
-        assert _recover(cursor, idempotent=True) == {"freed": 0, "lost": 2, "unknown": 2,
-                                                     "cancelled": 2}
+        assert _recover(cursor, idempotent=True) == {"freed": 0, "freed_rows": 0, "lost": 2,
+                                                     "unknown": 2, "cancelled": 2}
     assert _copy("status") == [("cancelled",)] * 2 + [("unknown",)] * 2
 
 
@@ -346,13 +344,13 @@ def test_i_an_operators_requeue_is_due_behind_the_cursor_and_the_wire_is_counted
         last = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2)
         assert [row["id"] for row in last] == [row[0] for row in _copy("id")][2:]  # one row
         assert [(r["worker_id"], r["rows_held"]) for r in lease.run(
-            cursor, "leases.on_the_wire", campaign_id=campaign.id)] == [("w", 1)]
+            cursor, "workers.held_in_campaign", campaign_id=campaign.id)] == [("w", 1)]
         lease.settle(cursor, last, {}, campaign_id=campaign.id, worker_id="w")
         assert lease.run(cursor, "leases.finished", campaign_id=campaign.id) == [{"finished": True}]
 
-        requeued = lease.run(cursor, "leases.requeue_unknown", ids=[row["id"] for row in lost])
+        requeued = lease.run(cursor, "sends.retry_unknown", ids=[row["id"] for row in lost])
         assert len(requeued) == 2
         assert lease.run(cursor, "leases.finished", campaign_id=campaign.id) == [{"finished": False}]
         again = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=5)
         assert _jobs(again) == _jobs(lost)
-        assert lease.run(cursor, "leases.on_the_wire", campaign_id=campaign.id)[0]["rows_held"] == 2
+        assert lease.run(cursor, "workers.held_in_campaign", campaign_id=campaign.id)[0]["rows_held"] == 2

@@ -157,17 +157,16 @@ class LeaseProtocol(RuleBasedStateMachine):
     def operator_cancels(self) -> None:
         if not self.cancelled:
             self.cancelled = True
-            self._sql_raw("UPDATE growth_campaigns SET status = 'cancelled' WHERE id = %s",
-                          [self.campaign_id], fetch=False)
-            cancelled = self._sql("leases.cancel_rows", campaign_id=self.campaign_id)
-            note(f"operator cancels: rows {sorted(r['id'] for r in cancelled)}")
+            with connection.cursor() as cursor:
+                cancelled = lease_statements.cancel(cursor, self.campaign_id)
+            note(f"operator cancels: rows {cancelled}")
 
     @rule()
     def operator_requeues_the_unknown(self) -> None:
         unknown = [row[0] for row in self._sql_raw(
             "SELECT id FROM dir_sends WHERE status = 'unknown'")]
         if unknown and not self.cancelled:
-            for row in self._sql("leases.requeue_unknown", ids=unknown):
+            for row in self._sql("sends.retry_unknown", ids=unknown):
                 self.requeued[row["id"]] += 1
                 self.fresh[self.job[row["id"]]] = 0
             note(f"operator requeues {unknown}")

@@ -5,14 +5,28 @@ model are tests/test_bench_directions.py and tests/test_lease_protocol_stateful.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import Counter
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from growth.managers.leases import SUPPRESSED, Lease, Pacing
-from growth.models import Campaign, Send, SendCursor, SendLease, Suppression
+from growth.models import (
+    Campaign,
+    Destination,
+    RateLimit,
+    Send,
+    SendCursor,
+    SendLease,
+    Suppression,
+    WorkerHeartbeat,
+)
 from growth.sending.transports import Outcome
+from tests.helpers import concurrently
 from tests.scenarios import sending_campaign
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,8 +91,10 @@ def test_a_claim_writes_no_send_row_and_its_settle_writes_each_row_once():
     assert {s.id: s.updated_at for s in Send.objects.filter(campaign=campaign)} == before
     assert set(_rows(campaign).values()) == {("queued", 0)}
     assert SendCursor.objects.get(campaign=campaign).claimed_to == lease.rows[-1].id
-    assert [(h.worker_id, h.rows_held) for h in SendLease.objects.on_the_wire(campaign.id)] == [
-        ("w", 3)]
+    # the admin's count of rows on the wire reads the leases
+    assert [(h.worker_id, h.rows_held) for h in WorkerHeartbeat.objects.holders_of(
+        campaign_id=campaign.id)] == [("w", 3)]
+    assert WorkerHeartbeat.objects.held()["w"].rows_held == 3
 
     settled = _settle(lease)
     assert settled == {row.id: "sent" for row in lease.rows}
@@ -162,14 +178,14 @@ def test_a_plain_receivers_lease_that_expires_after_its_hand_over_ends_unknown_u
     assert _settle(lease, worker="slow") == {row.id: "sent" for row in lease.rows}
 
 
-def test_an_operators_requeue_is_due_at_once_and_reopens_a_finished_campaign():
+def test_an_operators_retry_is_due_behind_the_cursor_and_reopens_a_finished_campaign():
     campaign = sending_campaign(count=2)
     lease = _claim(campaign, worker="dead")
     SendLease.objects.hand_over(lease.id, worker_id="dead")
     _expire(lease.id)
     SendLease.objects.recover(idempotent=False, max_attempts=5)
     Campaign.objects.filter(id=campaign.id).update(status="sent")
-    requeued = SendLease.objects.requeue_unknown([row.id for row in lease.rows])
+    requeued = Send.objects.retry_unknown([row.id for row in lease.rows])  # both protocols
     assert {(r.id, r.reopened) for r in requeued} == {(row.id, True) for row in lease.rows}
     assert Campaign.objects.get(id=campaign.id).status == "sending"
     again = _claim(campaign)
@@ -181,9 +197,7 @@ def test_a_cancel_leaves_the_wire_to_its_settle_and_a_released_lease_of_it_ends_
     campaign = sending_campaign(count=6)
     on_the_wire = _claim(campaign, worker="a", batch_size=2)
     given_back = _claim(campaign, worker="b", batch_size=2)
-    Campaign.objects.filter(id=campaign.id).update(status="cancelled")
-    cancelled = SendLease.objects.cancel_rows(campaign.id)
-    assert len(cancelled) == 2  # the rows no worker holds
+    assert Campaign.objects.cancel(campaign_id=campaign.id) == 2  # the rows no worker holds
     released = SendLease.objects.release(given_back.id, campaign_id=campaign.id, worker_id="b",
                                          idempotent=False)
     assert (released.freed, released.cancelled) == (0, 2)
@@ -247,3 +261,103 @@ def test_a_row_its_settle_has_no_outcome_for_is_judged_as_recovery_would_never_l
         assert [r.id for r in again.rows] == [unanswered]
     else:
         assert SendLease.objects.finished(campaign.id)
+
+
+def test_a_cancel_racing_claims_never_cancels_a_row_on_the_wire():
+    """The cancel takes the cursor's lock in a statement of its own, so its snapshot shows the
+    lease of the claim it waited for: otherwise it cancels rows that claim just leased, their
+    settle writes nothing, and a message that went out is recorded cancelled."""
+    campaign = sending_campaign(count=600)
+
+    def claim_and_settle_or_cancel(i: int) -> list[int]:
+        if i == 3:
+            time.sleep(0.05)  # while the claims run
+            Campaign.objects.cancel(campaign_id=campaign.id)
+            return []
+        unwritten = []
+        while leases := _claim_leases(campaign, f"w{i}", batch_size=4):
+            for lease in leases:
+                settled = _settle(lease, worker=f"w{i}")
+                unwritten += [row.id for row in lease.rows if row.id not in settled]
+        return unwritten
+
+    assert concurrently(4, claim_and_settle_or_cancel) == [[], [], [], []]
+    statuses = Counter(status for status, _ in _rows(campaign).values())
+    assert set(statuses) == {"sent", "cancelled"} and statuses["sent"] < 600
+    assert not SendLease.objects.exists()
+
+
+def test_a_cancel_that_waits_for_a_claim_leaves_that_claims_rows_to_its_settle():
+    """Staged by hand: a claim holds the cursor, uncommitted, while the cancel waits for it."""
+    campaign = sending_campaign(count=6)
+    claimed, cancel_waits = threading.Event(), threading.Event()
+    leases: list[Lease] = []
+
+    def claim_then_cancel(i: int) -> None:
+        if i == 0:
+            with transaction.atomic():
+                leases.extend(_claim_leases(campaign, batch_size=2))
+                claimed.set()
+                assert cancel_waits.wait(10)
+            return
+        assert claimed.wait(10)
+        threading.Timer(0.3, cancel_waits.set).start()  # the cancel is blocked by then
+        assert Campaign.objects.cancel(campaign_id=campaign.id) == 4
+
+    concurrently(2, claim_then_cancel)
+    [lease] = leases
+    assert _settle(lease) == {row.id: "sent" for row in lease.rows}
+    assert sorted(status for status, _ in _rows(campaign).values()) == ["cancelled"] * 4 + ["sent"] * 2
+
+
+def test_a_follow_up_leaves_the_originals_leased_rows_to_it_and_counts_them_on_the_wire():
+    from growth.operations.campaigns import approve_campaign, pause_campaign
+    from growth.operations.follow_ups import create_follow_up, resend_audience
+
+    original = sending_campaign(count=6)
+    on_the_wire = _claim(original, worker="w", batch_size=2)
+    given_back = _claim(original, worker="v", batch_size=2)
+    SendLease.objects.release(given_back.id, campaign_id=original.id, worker_id="v",
+                              idempotent=False)  # free: it goes with the original if resumed
+    pause_campaign(campaign_id=original.id)
+    counted = resend_audience(original)
+    assert (counted.in_flight, counted.takeable) == (4, {"queued": 2})
+
+    follow_up = create_follow_up(campaign_id=original.id)
+    Campaign.objects.filter(id=follow_up.id).update(
+        scheduled_for=timezone.now() - timedelta(minutes=1))
+    approve_campaign(campaign_id=follow_up.id)
+    assert follow_up.id in Campaign.objects.start_due()
+    assert Send.objects.build_recipients(campaign_id=follow_up.id) == 2
+    leased = set(Send.objects.filter(id__in=[row.id for lease in (on_the_wire, given_back)
+                                             for row in lease.rows])
+                 .values_list("email_lower", flat=True))
+    taken = set(Send.objects.filter(campaign=follow_up).values_list("email_lower", flat=True))
+    assert not taken & leased
+    # the lease on the wire still settles in the original: the follow-up took none of its rows
+    assert _settle(on_the_wire) == {row.id: "sent" for row in on_the_wire.rows}
+
+
+def test_a_destinations_cap_on_messages_on_the_wire_counts_the_rows_of_live_leases():
+    campaign = sending_campaign(count=5)
+    google = Destination.objects.create(name="google")
+    Send.objects.filter(campaign=campaign).update(destination_id=google.id)
+    RateLimit.objects.create(destination=google, max_in_flight=3)
+    lease = _claim(campaign, batch_size=2)
+    granted = RateLimit.objects.take_destinations(account_id=campaign.account_id, want=10)
+    assert granted[google.id].granted == 1  # two of three on the wire already
+    _settle(lease)
+    granted = RateLimit.objects.take_destinations(account_id=campaign.account_id, want=10)
+    assert granted[google.id].granted == 3
+
+
+def test_the_workers_housekeeping_recovers_expired_leases_too():
+    from growth.sending.transports.null import NullTransport
+    from growth.sending.worker import Worker
+
+    campaign = sending_campaign(count=2)
+    lease = _claim(campaign, worker="dead", hand_over=True)
+    _expire(lease.id)
+    Worker(transport=NullTransport(), worker_id="alive")._recover()  # a receiver that de-duplicates
+    freed = SendLease.objects.get(id=lease.id)
+    assert (freed.worker_id, freed.takeovers) == (None, 1)

@@ -84,6 +84,7 @@ class CampaignManager(models.Manager):
         """Cancel; return how many queued rows were dropped, or None if not cancellable."""
         with transaction.atomic():
             QUERIES.rows("lock_campaign", campaign_id=campaign_id)
+            QUERIES.rows("lock_cursor", campaign_id=campaign_id)
             cancelled = QUERIES.one("cancel", campaign_id=campaign_id)
         return cancelled["dropped"] if cancelled else None
 

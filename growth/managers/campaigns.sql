@@ -53,21 +53,39 @@ RETURNING id;
 -- lock_finishable). NO KEY UPDATE does not block the FK checks of rows being inserted.
 SELECT id FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE;
 
+-- lock_cursor --
+-- A cancel's second step (after lock_campaign), in a statement of its own: the lease protocol's
+-- cursor of the campaign, so that no claim runs while the cancel picks the rows, and the cancel's
+-- snapshot, taken after this wait, shows the leases the last claim made (none before the
+-- protocol's migration, and nothing to lock).
+{{ leases.lock_cursor }}
+
 -- cancel --
--- any unfinished state -> cancelled; its queued rows become cancelled in the same statement.
--- Rows already claimed (sending) are on the wire and settle normally. Run after lock_campaign.
+-- any unfinished state -> cancelled; its queued rows become cancelled in the same statement, but
+-- for the rows on the wire, which their settle writes: 'sending' rows, and the rows of the lease
+-- protocol's live leases (its rows in flight are 'queued'). A free lease (given back, or freed by
+-- recovery) ends, its rows cancelled with the rest, the ones due again included (their next
+-- attempt cleared with them). Run after lock_campaign and lock_cursor.
 WITH cancelled AS (
     UPDATE growth_campaigns
        SET status = 'cancelled', finished_at = now(), updated_at = now()
      WHERE id = %(campaign_id)s
        AND status IN ('draft', 'approved', 'sending', 'paused')
     RETURNING id
+), free AS (
+    DELETE FROM growth_send_leases
+     WHERE campaign_id = (SELECT id FROM cancelled) AND worker_id IS NULL
+), held AS MATERIALIZED (
+    SELECT unnest(send_ids) AS id
+      FROM growth_send_leases
+     WHERE campaign_id = (SELECT id FROM cancelled) AND worker_id IS NOT NULL
 ), dropped AS (
     UPDATE growth_sends s
-       SET status = 'cancelled', updated_at = now()
+       SET status = 'cancelled', next_attempt_at = NULL, updated_at = now()
       FROM cancelled c
      WHERE s.campaign_id = c.id
        AND s.status = 'queued'
+       AND s.id NOT IN (SELECT id FROM held)
     RETURNING s.id
 )
 SELECT c.id, (SELECT count(*) FROM dropped) AS dropped

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from django.db import models, transaction
+from django.db import models
 
 from growth.managers.queries import FromRow, Queries
-from growth.managers.sends import Claimed, Requeued, settle_params
+from growth.managers.sends import Claimed, settle_params
 from growth.sending.transports.base import Outcome
 
 QUERIES = Queries.beside(__file__)
@@ -51,9 +51,11 @@ UNPACED = Pacing(shares={}, scan=0)
 
 @dataclass(frozen=True, slots=True)
 class Recovery(FromRow):
-    """What one recovery did: leases freed for a take-over, leases ended, and their rows."""
+    """What one recovery did: leases freed for a take-over (and their rows, queued still),
+    leases ended, and their rows."""
 
     freed: int
+    freed_rows: int
     lost: int
     unknown: int
     cancelled: int
@@ -63,15 +65,6 @@ class Recovery(FromRow):
 class Released(FromRow):
     freed: int  # leases freed for a take-over
     cancelled: int  # rows cancelled with their campaign
-
-
-@dataclass(frozen=True, slots=True)
-class Held(FromRow):
-    """A worker's rows on the wire in one campaign (its live leases)."""
-
-    worker_id: str
-    rows_held: int
-    lease_ends_at: object
 
 
 class LeaseManager(models.Manager):
@@ -138,23 +131,6 @@ class LeaseManager(models.Manager):
         """Free or end the leases whose worker died or stalled past their expiry."""
         return Recovery.from_row(QUERIES.one("recover", idempotent=idempotent,
                                              max_attempts=max_attempts, limit=limit))
-
-    def cancel_rows(self, campaign_id: int) -> list[int]:
-        """A cancelled campaign's rows that no worker holds, cancelled (after its row was set
-        'cancelled', in the same transaction); return them."""
-        return QUERIES.column("cancel_rows", campaign_id=campaign_id)
-
-    def requeue_unknown(self, send_ids: Sequence[int]) -> list[Requeued]:
-        """Queue 'unknown' rows again with the same job id, due at once; return the rows moved.
-        A finished campaign of theirs goes back to sending; rows of a cancelled campaign, and
-        rows handed to a follow-up, are left alone."""
-        with transaction.atomic():
-            QUERIES.rows("lock_campaigns_of_unknown", ids=list(send_ids))
-            rows = QUERIES.rows("requeue_unknown", ids=list(send_ids))
-        return [Requeued.from_row(row) for row in rows]
-
-    def on_the_wire(self, campaign_id: int) -> list[Held]:
-        return [Held.from_row(row) for row in QUERIES.rows("on_the_wire", campaign_id=campaign_id)]
 
     def finished(self, campaign_id: int) -> bool:
         """No row of the campaign is queued: none waits, none is in a lease (live or free)."""

@@ -252,7 +252,7 @@ WITH expired AS MATERIALIZED (
            takeovers = l.takeovers + CASE WHEN e.handed THEN 1 ELSE 0 END
       FROM expired e
      WHERE l.id = e.id AND e.again
-    RETURNING l.id
+    RETURNING l.id, cardinality(l.send_ids) AS rows
 ), lost AS (
     DELETE FROM growth_send_leases l
      USING expired e
@@ -270,7 +270,9 @@ WITH expired AS MATERIALIZED (
        AND s.status = 'queued'
     RETURNING s.status
 )
-SELECT (SELECT count(*) FROM freed) AS freed, (SELECT count(*) FROM lost) AS lost,
+SELECT (SELECT count(*) FROM freed) AS freed,
+       (SELECT coalesce(sum(rows), 0) FROM freed)::bigint AS freed_rows,
+       (SELECT count(*) FROM lost) AS lost,
        (SELECT count(*) FROM written WHERE status = 'unknown') AS unknown,
        (SELECT count(*) FROM written WHERE status = 'cancelled') AS cancelled;
 
@@ -305,72 +307,6 @@ WITH campaign AS MATERIALIZED (
     RETURNING s.id
 )
 SELECT (SELECT count(*) FROM freed) AS freed, (SELECT count(*) FROM cancelled) AS cancelled;
-
--- cancel_rows --
--- A cancel's rows, after the campaign row was locked and set 'cancelled': under the cursor's
--- lock, so that no claim runs meanwhile, the free leases end, and every queued row no worker
--- holds is cancelled, the ones due again included (their next_attempt_at cleared with them:
--- nothing else behind the cursor has one). The rows of a live lease are on the wire: their
--- settle writes them (a transient outcome as 'cancelled').
-WITH cursor AS MATERIALIZED (
-    SELECT claimed_to FROM growth_send_cursors WHERE campaign_id = %(campaign_id)s FOR UPDATE
-), free AS (
-    DELETE FROM growth_send_leases
-     WHERE campaign_id = %(campaign_id)s AND worker_id IS NULL
-       AND EXISTS (SELECT 1 FROM cursor)
-), held AS MATERIALIZED (
-    SELECT unnest(send_ids) AS id
-      FROM growth_send_leases
-     WHERE campaign_id = %(campaign_id)s AND worker_id IS NOT NULL
-       AND EXISTS (SELECT 1 FROM cursor)
-)
-UPDATE growth_sends s
-   SET status = 'cancelled', next_attempt_at = NULL, updated_at = now()
- WHERE s.campaign_id = %(campaign_id)s
-   AND s.status = 'queued'
-   AND s.id NOT IN (SELECT id FROM held)
-   AND EXISTS (SELECT 1 FROM cursor)
-RETURNING s.id;
-
--- lock_campaigns_of_unknown --
--- An operator's retry, step 1, as the row protocol's (see there).
-{{ sends.lock_campaigns_of_unknown }}
-
--- requeue_unknown --
--- Step 2, in a later statement of the same transaction: 'unknown' rows queued again with the same
--- job id (the operator accepts a possible duplicate), due at once behind the cursor, where the
--- claim's retry path finds them; a campaign that had finished goes back to sending (a paused one
--- stays paused). Not a row handed to a follow-up (it sends the message), nor one of a cancelled
--- campaign: nothing would ever send it.
-WITH requeued AS (
-    UPDATE growth_sends s
-       SET status = 'queued', next_attempt_at = now(), updated_at = now(),
-           last_error = 'requeued by an operator after: ' || s.last_error
-      FROM growth_campaigns c
-     WHERE s.id = ANY(%(ids)s::bigint[])
-       AND s.status = 'unknown'
-       AND s.resent_in_id IS NULL
-       AND c.id = s.campaign_id
-       AND c.status IN ('sending', 'paused', 'sent')
-    RETURNING s.id, s.campaign_id
-), reopened AS (
-    UPDATE growth_campaigns c
-       SET status = 'sending', finished_at = NULL, updated_at = now()
-     WHERE c.id IN (SELECT campaign_id FROM requeued)
-       AND c.status = 'sent'
-    RETURNING c.id
-)
-SELECT r.id, r.campaign_id, r.campaign_id IN (SELECT id FROM reopened) AS reopened
-  FROM requeued r;
-
--- on_the_wire --
--- The rows each worker holds, from the live leases: what the admin's workers page and the
--- live monitor count as on the wire. A row in flight is 'queued' in growth_sends.
-SELECT worker_id, sum(cardinality(send_ids))::int AS rows_held, min(expires_at) AS lease_ends_at
-  FROM growth_send_leases
- WHERE campaign_id = %(campaign_id)s AND worker_id IS NOT NULL
- GROUP BY worker_id
- ORDER BY worker_id;
 
 -- finished --
 -- Nothing left to send: no row queued, since a row in flight, in a free lease or due again

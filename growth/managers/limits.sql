@@ -66,8 +66,8 @@ UPDATE growth_rate_limits
 -- The destinations (mailbox providers) paced for a tenant's mail: every bucket of a destination,
 -- global or this tenant's, locked in id order and refilled. Each destination may take as many
 -- messages now as its emptiest bucket holds, and no more than its max_in_flight leaves room for
--- beside the messages on the wire to it (rows 'sending': the partial index of leased rows), and
--- at most `want`; the tokens are taken (the caller gives back what the claim did not use).
+-- beside the messages on the wire to it (rows 'sending', through the partial index of leased rows,
+-- and the rows of live leases), and at most `want`; the tokens are taken (the caller gives back what the claim did not use).
 WITH locked AS (
     SELECT r.id, r.destination_id, r.max_in_flight, {{ _effective_rate }} AS rate,
            r.throttled_to IS NOT NULL AS throttled, {{ _available }} AS available
@@ -76,12 +76,22 @@ WITH locked AS (
        AND (r.account_id IS NULL OR r.account_id = %(account_id)s)
      ORDER BY r.id
        FOR UPDATE OF r
+), capped AS MATERIALIZED (
+    SELECT DISTINCT destination_id FROM locked WHERE max_in_flight IS NOT NULL
 ), on_the_wire AS (
-    SELECT s.destination_id, count(*) AS messages
-      FROM growth_sends s
-     WHERE s.status = 'sending'
-       AND s.destination_id IN (SELECT destination_id FROM locked WHERE max_in_flight IS NOT NULL)
-     GROUP BY s.destination_id
+    SELECT w.destination_id, count(*) AS messages
+      FROM (SELECT s.destination_id
+              FROM growth_sends s
+             WHERE s.status = 'sending'
+               AND s.destination_id IN (SELECT destination_id FROM capped)
+            UNION ALL  -- the lease protocol's, whose rows in flight stay 'queued'
+            SELECT s.destination_id
+              FROM growth_send_leases l
+              JOIN growth_sends s ON s.id = ANY(l.send_ids)
+             WHERE l.worker_id IS NOT NULL
+               AND EXISTS (SELECT 1 FROM capped)
+               AND s.destination_id IN (SELECT destination_id FROM capped)) w
+     GROUP BY w.destination_id
 ), room AS (
     SELECT l.*, greatest(0, least(%(want)s, floor(l.available),
                                   coalesce(l.max_in_flight - w.messages, l.max_in_flight,

@@ -118,7 +118,8 @@ class SendManager(models.Manager):
             if unbuilt["resend_of_id"] is None:
                 created = QUERIES.rowcount("build_recipients", campaign_id=campaign_id)
             else:
-                created = self._build_follow_up(campaign_id, root_id=unbuilt["resend_root_id"])
+                created = self._build_follow_up(campaign_id, original_id=unbuilt["resend_of_id"],
+                                                root_id=unbuilt["resend_root_id"])
             QUERIES.rows("mark_built", campaign_id=campaign_id)
         if created >= ANALYZE_AFTER:
             # Before autovacuum gets to it, the planner would judge the claim by the old,
@@ -126,11 +127,12 @@ class SendManager(models.Manager):
             QUERIES.rows("analyze")
         return created
 
-    def _build_follow_up(self, campaign_id: int, *, root_id: int) -> int:
+    def _build_follow_up(self, campaign_id: int, *, original_id: int, root_id: int) -> int:
         """A follow-up's recipients: what the campaign it resends did not deliver, taken from it,
         and (if asked) subscribers no campaign of the chain has mailed. Inside the build's
         transaction."""
         QUERIES.rows("lock_resend_family", root_id=root_id)
+        QUERIES.rows("lock_original_cursor", campaign_id=original_id)
         return (QUERIES.rowcount("take_from_original", campaign_id=campaign_id)
                 + QUERIES.rowcount("build_new_subscribers", campaign_id=campaign_id,
                                    root_id=root_id))

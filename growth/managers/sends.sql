@@ -61,30 +61,42 @@ ON CONFLICT DO NOTHING;
 -- subscriber. Waits rather than skips: the second build must see what the first added.
 SELECT pg_advisory_xact_lock(hashtextextended('growth_sends.resend:' || %(root_id)s, 0));
 
+-- lock_original_cursor --
+-- Step 2, in a statement of its own: the lease protocol's cursor of the campaign resent, so that
+-- no claim of it runs while take_from_original picks its rows, and take_from_original's snapshot,
+-- taken after this wait, shows every lease of it (see leases.sql, lock_cursor).
+{{ leases.lock_cursor }}
+
 -- _in_doubt --
 -- A row s of a campaign whose message may have arrived although the row does not say 'sent'.
 (s.status = 'unknown' OR (s.status = 'queued' AND s.handed_over_at IS NOT NULL))
 
 -- take_from_original --
--- Step 2: the recipients the campaign it resends did not deliver to become this campaign's, in
+-- Step 3: the recipients the campaign it resends did not deliver to become this campaign's, in
 -- one statement that also marks them taken (resent_in) in the original: failed and cancelled
 -- rows, queued ones (cancelled there, so the original never sends them), and rows in doubt only
 -- if the operator chose to (their message may have arrived: the risk of a duplicate was
 -- accepted). In doubt: unknown, or queued again after its worker's lease ran out while the
 -- message was handed over (an idempotent receiver would absorb the original's retry, which
 -- carries the same key; the follow-up's carries another, and a stalled worker may still deliver).
--- Never a sent row, never one on the wire (sending): each row is locked (FOR NO KEY UPDATE, in
+-- Never a sent row, never one on the wire ('sending', or in a lease of the lease protocol, live or
+-- free: its rows go, or go again, with the original): each row is locked (FOR NO KEY UPDATE, in
 -- id order) and these conditions re-checked on its newest version, so a claim or a late settle
 -- of the original committed meanwhile wins and the row is left out; a row taken here stays locked
 -- until this build commits, and no claim (SKIP LOCKED, then status = 'queued') or retry
 -- (resent_in IS NULL) of the original can take it back. Suppressions and subscriber status are
 -- re-checked as in any build.
-WITH candidates AS (  -- locked in id order, as every statement that locks several rows of a
-                     -- campaign does: two of them wait for each other instead of deadlocking
+WITH leased AS MATERIALIZED (
+    SELECT unnest(l.send_ids) AS id
+      FROM growth_send_leases l
+      JOIN growth_campaigns f ON f.id = %(campaign_id)s AND l.campaign_id = f.resend_of_id
+), candidates AS (  -- locked in id order, as every statement that locks several rows of a
+                    -- campaign does: two of them wait for each other instead of deadlocking
     SELECT s.id, f.id AS follow_up_id
       FROM growth_sends s
       JOIN growth_campaigns f ON f.id = %(campaign_id)s AND s.campaign_id = f.resend_of_id
      WHERE s.resent_in_id IS NULL
+       AND s.id NOT IN (SELECT id FROM leased)
        AND (s.status IN ('failed', 'cancelled')
             OR (s.status = 'queued' AND s.handed_over_at IS NULL)
             OR (f.resend_unknown AND {{ _in_doubt }}))
@@ -119,7 +131,7 @@ NOT EXISTS (SELECT 1
                AND x.email_lower = s.email_lower)
 
 -- build_new_subscribers --
--- Step 3, if the operator asked for it: subscribers of the follow-up's audience whose address
+-- Step 4, if the operator asked for it: subscribers of the follow-up's audience whose address
 -- no campaign of the chain has a row for (they joined after the original was built), one row
 -- per address as in build_recipients.
 INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower,
@@ -483,12 +495,14 @@ SELECT c.id
 -- retry_unknown --
 -- Step 2, in a later statement of the same transaction, so that it reads the campaigns as they
 -- are now that they are locked: unknown -> queued with the same job id (the operator accepts a
--- possible duplicate), due at once, and a campaign that had finished goes back to sending so
+-- possible duplicate), due at once (next_attempt_at now: the lease protocol's claim finds a row
+-- behind its cursor by it, the row protocol's takes it as due), and a campaign that had finished
+-- goes back to sending so
 -- the worker picks the rows up (a paused one stays paused until resumed). Rows of a cancelled
 -- campaign stay unknown: nothing would ever send them.
 WITH requeued AS (
     UPDATE growth_sends s
-       SET status = 'queued', next_attempt_at = NULL, lease_expires_at = NULL,
+       SET status = 'queued', next_attempt_at = now(), lease_expires_at = NULL,
            handed_over_at = NULL, claimed_by = '', updated_at = now(),
            last_error = 'requeued by an operator after: ' || s.last_error
       FROM growth_campaigns c
@@ -521,8 +535,12 @@ SELECT c.id AS campaign_id, c.name AS campaign_name, s.status, s.sent_at, s.upda
 -- resend_audience --
 -- What a follow-up of this campaign would take, counted without building it: the rows not sent,
 -- by status, whether a follow-up already took them, and whether an opt-out (or an unconfirmed
--- subscriber) now blocks them. Served by (campaign_id, status, sent_at).
-SELECT CASE WHEN {{ _in_doubt }} THEN 'in_doubt' ELSE s.status END AS status,
+-- subscriber) now blocks them. Served by (campaign_id, status, sent_at). A row of a lease (the
+-- lease protocol's, live or free) counts as on the wire ('sending'), as take_from_original has it.
+SELECT CASE WHEN s.id IN (SELECT unnest(send_ids) FROM growth_send_leases
+                           WHERE campaign_id = %(campaign_id)s) THEN 'sending'
+            WHEN {{ _in_doubt }} THEN 'in_doubt'
+            ELSE s.status END AS status,
        s.resent_in_id IS NOT NULL AS taken,
        {{ _blocked }} AS blocked,
        count(*) AS rows

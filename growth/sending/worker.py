@@ -53,7 +53,7 @@ from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
 from growth.managers.queries import discard_connection
 from growth.managers.sends import Claimed, HandOver
-from growth.models import Campaign, Send, SendTally, Suppression, WorkerHeartbeat
+from growth.models import Campaign, Send, SendLease, SendTally, Suppression, WorkerHeartbeat
 from growth.observability import metrics
 from growth.reputation.guard import GuardSchedule
 from growth.sending.console import Console
@@ -297,11 +297,18 @@ class Worker:
         with metrics.STATEMENT_SECONDS.labels("recover").time():
             recovered = Send.objects.recover_expired(idempotent=self.idempotent,
                                                      max_attempts=self.max_attempts)
-        if recovered:
-            counts = Counter(row.status for row in recovered)
+            # the lease protocol's (docs/one-write-per-recipient.md): a probe of an empty index
+            # until campaigns run on it
+            leases = SendLease.objects.recover(idempotent=self.idempotent,
+                                               max_attempts=self.max_attempts)
+        counts = Counter(row.status for row in recovered)
+        counts.update({"queued": leases.freed_rows, "unknown": leases.unknown,
+                       "cancelled": leases.cancelled})
+        counts = +counts  # the statuses some row went to
+        if counts:
             for status, n in counts.items():
                 metrics.LEASES_RECOVERED.labels(to=status).inc(n)
-            logger.warning("recovered %d rows with expired leases: %s", len(recovered),
+            logger.warning("recovered %d rows with expired leases: %s", sum(counts.values()),
                            dict(counts), extra={"worker_id": self.worker_id})
 
     def _claim(self) -> Batch | None:
