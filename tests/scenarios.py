@@ -35,11 +35,12 @@ def approved_campaign(count: int = 10, **kwargs) -> Campaign:
     return campaign
 
 
-def sending_campaign(count: int = 10, **kwargs) -> Campaign:
-    """A campaign started and built: ``count`` rows queued."""
+def sending_campaign(count: int = 10, *, leases: bool = False, **kwargs) -> Campaign:
+    """A campaign started and built: ``count`` rows queued (``leases``: for the lease
+    protocol)."""
     campaign = approved_campaign(count, **kwargs)
     assert Campaign.objects.start_due() == [campaign.id]
-    assert Send.objects.build_recipients(campaign_id=campaign.id) == count
+    assert Send.objects.build_recipients(campaign_id=campaign.id, leases=leases) == count
     campaign.refresh_from_db()
     return campaign
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from growth.models import Campaign, Send
+from growth.models import Campaign, Send, SendCursor, SendLease
 from tests.helpers import manage, subprocess_env
 from tests.scenarios import approved_campaign, statuses
 
@@ -24,10 +24,11 @@ HANDOFF_CHUNK = 5  # the default SENDER_HANDOFF_CHUNK
 def sender(smtp_server, tmp_path):
     processes = []
 
-    def start(*args: str, idempotent: bool = False, name: str = "w") -> subprocess.Popen:
+    def start(*args: str, idempotent: bool = False, name: str = "w",
+              protocol: str = "rows") -> subprocess.Popen:
         env = subprocess_env(EMAIL_URL=smtp_server.url,
                              SENDER_IDEMPOTENT_TRANSPORT="true" if idempotent else "false",
-                             SENDER_BACKOFF_BASE="0.1")
+                             SENDER_BACKOFF_BASE="0.1", SENDER_PROTOCOL=protocol)
         log = open(tmp_path / f"{name}-{len(processes)}.log", "w")  # noqa: SIM115 - closed below
         process = subprocess.Popen(
             manage("run_sender", "--batch-size", str(BATCH), "--tick", "0.1", "--lease",
@@ -83,15 +84,18 @@ def test_sigkill_mid_campaign_then_restart_plain_receiver(sender, smtp_server, c
     assert campaign.status == "sent"
 
 
-def test_sigkill_mid_campaign_then_restart_idempotent_receiver(sender, smtp_server):
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+def test_sigkill_mid_campaign_then_restart_idempotent_receiver(sender, smtp_server, protocol):
     campaign = approved_campaign(count=300)
     smtp_server.handler.delay = 0.005
-    first = sender(idempotent=True)
+    first = sender(idempotent=True, protocol=protocol)
     wait_for(lambda: len(smtp_server.handler.keys()) >= 80)
     first.kill()
     first.wait()
 
-    assert sender("--until-idle", idempotent=True).wait(timeout=120) == 0
+    assert sender("--until-idle", idempotent=True, protocol=protocol).wait(timeout=120) == 0
+    assert SendLease.objects.exists() is False
+    assert SendCursor.objects.filter(campaign=campaign).exists() is (protocol == "leases")
 
     keys = smtp_server.handler.keys()
     assert statuses(campaign) == {"sent": 300}
@@ -102,9 +106,12 @@ def test_sigkill_mid_campaign_then_restart_idempotent_receiver(sender, smtp_serv
     assert len(resent) <= 2 * BATCH
 
 
-def test_replicas_racing_on_one_campaign_send_each_recipient_once(sender, smtp_server):
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+def test_replicas_racing_on_one_campaign_send_each_recipient_once(sender, smtp_server, protocol):
     campaign = approved_campaign(count=400)
-    replicas = [sender("--until-idle", name=f"r{i}") for i in range(3)]
+    # the lease protocol is served, for now, by workers whose receiver de-duplicates
+    replicas = [sender("--until-idle", name=f"r{i}", protocol=protocol,
+                       idempotent=protocol == "leases") for i in range(3)]
     assert [p.wait(timeout=120) for p in replicas] == [0, 0, 0]
     keys = smtp_server.handler.keys()
     assert set(keys) == job_ids(campaign) and set(keys.values()) == {1}

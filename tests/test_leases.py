@@ -34,6 +34,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 POLICY = {"retry_for": 3600.0, "backoff_base": 30.0, "backoff_max": 3600.0}
 
 
+def leased_campaign(count: int) -> Campaign:
+    return sending_campaign(count=count, leases=True)
+
+
 def _claim(campaign: Campaign, worker: str = "w", batch_size: int = 10, **options) -> Lease | None:
     """The claim's one lease (None: nothing was due)."""
     leases = _claim_leases(campaign, worker, batch_size, **options)
@@ -75,13 +79,17 @@ def _rows(campaign: Campaign) -> dict[int, tuple[str, int]]:
             for send in Send.objects.filter(campaign=campaign).order_by("id")}
 
 
-def test_a_built_campaign_has_its_cursor_before_its_first_row():
-    campaign = sending_campaign(count=3)
+def test_a_campaign_built_for_the_lease_protocol_has_its_cursor_before_its_first_row():
+    campaign = leased_campaign(count=3)
     assert SendCursor.objects.get(campaign=campaign).claimed_to == 0
+    rows = sending_campaign(count=3)  # the row protocol's
+    assert not SendCursor.objects.filter(campaign=rows).exists()
+    assert {c.campaign_id: c.leases for c in Campaign.objects.sending()} == {campaign.id: True,
+                                                                            rows.id: False}
 
 
 def test_a_claim_writes_no_send_row_and_its_settle_writes_each_row_once():
-    campaign = sending_campaign(count=5)
+    campaign = leased_campaign(count=5)
     before = {s.id: s.updated_at for s in Send.objects.filter(campaign=campaign)}
     lease = _claim(campaign, batch_size=3)
     assert [(row.status, row.attempts) for row in lease.rows] == [("sending", 1)] * 3
@@ -113,7 +121,7 @@ def test_a_claim_writes_no_send_row_and_its_settle_writes_each_row_once():
 
 
 def test_the_settle_applies_the_row_protocols_policy_and_a_retry_is_due_behind_the_cursor():
-    campaign = sending_campaign(count=3)
+    campaign = leased_campaign(count=3)
     lease = _claim(campaign)
     first, second, third = (row.id for row in lease.rows)
     settled = _settle(lease, {first: Outcome.TRANSIENT, second: Outcome.PERMANENT,
@@ -136,7 +144,7 @@ def test_the_settle_applies_the_row_protocols_policy_and_a_retry_is_due_behind_t
 
 
 def test_an_opt_out_found_by_the_claim_or_the_hand_over_is_written_suppressed_and_never_sent():
-    campaign = sending_campaign(count=3)
+    campaign = leased_campaign(count=3)
     first, second, third = sorted(_rows(campaign))
     _opt_out(campaign, first)
     lease = _claim(campaign)
@@ -153,7 +161,7 @@ def test_an_opt_out_found_by_the_claim_or_the_hand_over_is_written_suppressed_an
 
 
 def test_a_dead_workers_lease_is_taken_over_whole_and_its_late_settle_writes_nothing():
-    campaign = sending_campaign(count=4)
+    campaign = leased_campaign(count=4)
     dead = _claim(campaign, worker="dead", batch_size=2)
     _expire(dead.id)
     assert SendLease.objects.recover(idempotent=False, max_attempts=5).freed == 1
@@ -165,7 +173,7 @@ def test_a_dead_workers_lease_is_taken_over_whole_and_its_late_settle_writes_not
 
 
 def test_a_plain_receivers_lease_that_expires_after_its_hand_over_ends_unknown_until_it_says_sent():
-    campaign = sending_campaign(count=2)
+    campaign = leased_campaign(count=2)
     lease = _claim(campaign, worker="slow")
     assert SendLease.objects.hand_over(lease.id, worker_id="slow")
     assert SendLease.objects.hand_over(lease.id, worker_id="other") == {}  # not its lease
@@ -179,7 +187,7 @@ def test_a_plain_receivers_lease_that_expires_after_its_hand_over_ends_unknown_u
 
 
 def test_an_operators_retry_is_due_behind_the_cursor_and_reopens_a_finished_campaign():
-    campaign = sending_campaign(count=2)
+    campaign = leased_campaign(count=2)
     lease = _claim(campaign, worker="dead")
     SendLease.objects.hand_over(lease.id, worker_id="dead")
     _expire(lease.id)
@@ -194,7 +202,7 @@ def test_an_operators_retry_is_due_behind_the_cursor_and_reopens_a_finished_camp
 
 
 def test_a_cancel_leaves_the_wire_to_its_settle_and_a_released_lease_of_it_ends_cancelled():
-    campaign = sending_campaign(count=6)
+    campaign = leased_campaign(count=6)
     on_the_wire = _claim(campaign, worker="a", batch_size=2)
     given_back = _claim(campaign, worker="b", batch_size=2)
     assert Campaign.objects.cancel(campaign_id=campaign.id) == 2  # the rows no worker holds
@@ -209,7 +217,7 @@ def test_a_cancel_leaves_the_wire_to_its_settle_and_a_released_lease_of_it_ends_
 
 
 def test_a_paced_destination_without_tokens_is_set_aside_and_taken_as_its_share_allows():
-    campaign = sending_campaign(count=6)
+    campaign = leased_campaign(count=6)
     ids = sorted(_rows(campaign))
     Send.objects.filter(id__in=ids[::2]).update(destination_id=7)
     paced = _claim(campaign, batch_size=10, pacing=Pacing(shares={7: 0}, scan=10))
@@ -222,7 +230,7 @@ def test_a_paced_destination_without_tokens_is_set_aside_and_taken_as_its_share_
 
 
 def test_a_claim_cut_into_chunks_gives_each_its_lease_handed_over_and_settled_on_its_own():
-    campaign = sending_campaign(count=7)
+    campaign = leased_campaign(count=7)
     chunks = _claim_leases(campaign, batch_size=7, chunk_size=3)
     assert [[row.id for row in lease.rows] for lease in chunks] == [
         sorted(_rows(campaign))[i:i + 3] for i in (0, 3, 6)]
@@ -245,7 +253,7 @@ def test_a_claim_cut_into_chunks_gives_each_its_lease_handed_over_and_settled_on
 ])
 def test_a_row_its_settle_has_no_outcome_for_is_judged_as_recovery_would_never_left_behind(
         idempotent, handed, cancelled, becomes):
-    campaign = sending_campaign(count=2)
+    campaign = leased_campaign(count=2)
     lease = _claim(campaign)
     if handed:
         SendLease.objects.hand_over(lease.id, worker_id="w")
@@ -267,7 +275,7 @@ def test_a_cancel_racing_claims_never_cancels_a_row_on_the_wire():
     """The cancel takes the cursor's lock in a statement of its own, so its snapshot shows the
     lease of the claim it waited for: otherwise it cancels rows that claim just leased, their
     settle writes nothing, and a message that went out is recorded cancelled."""
-    campaign = sending_campaign(count=600)
+    campaign = leased_campaign(count=600)
 
     def claim_and_settle_or_cancel(i: int) -> list[int]:
         if i == 3:
@@ -289,7 +297,7 @@ def test_a_cancel_racing_claims_never_cancels_a_row_on_the_wire():
 
 def test_a_cancel_that_waits_for_a_claim_leaves_that_claims_rows_to_its_settle():
     """Staged by hand: a claim holds the cursor, uncommitted, while the cancel waits for it."""
-    campaign = sending_campaign(count=6)
+    campaign = leased_campaign(count=6)
     claimed, cancel_waits = threading.Event(), threading.Event()
     leases: list[Lease] = []
 
@@ -314,7 +322,7 @@ def test_a_follow_up_leaves_the_originals_leased_rows_to_it_and_counts_them_on_t
     from growth.operations.campaigns import approve_campaign, pause_campaign
     from growth.operations.follow_ups import create_follow_up, resend_audience
 
-    original = sending_campaign(count=6)
+    original = leased_campaign(count=6)
     on_the_wire = _claim(original, worker="w", batch_size=2)
     given_back = _claim(original, worker="v", batch_size=2)
     SendLease.objects.release(given_back.id, campaign_id=original.id, worker_id="v",
@@ -339,7 +347,7 @@ def test_a_follow_up_leaves_the_originals_leased_rows_to_it_and_counts_them_on_t
 
 
 def test_a_destinations_cap_on_messages_on_the_wire_counts_the_rows_of_live_leases():
-    campaign = sending_campaign(count=5)
+    campaign = leased_campaign(count=5)
     google = Destination.objects.create(name="google")
     Send.objects.filter(campaign=campaign).update(destination_id=google.id)
     RateLimit.objects.create(destination=google, max_in_flight=3)
@@ -355,7 +363,7 @@ def test_the_workers_housekeeping_recovers_expired_leases_too():
     from growth.sending.transports.null import NullTransport
     from growth.sending.worker import Worker
 
-    campaign = sending_campaign(count=2)
+    campaign = leased_campaign(count=2)
     lease = _claim(campaign, worker="dead", hand_over=True)
     _expire(lease.id)
     Worker(transport=NullTransport(), worker_id="alive")._recover()  # a receiver that de-duplicates

@@ -23,7 +23,17 @@ def quick_retries(settings):
     settings.SENDER_BACKOFF_MAX = 0.2
 
 
-def test_a_campaign_runs_to_completion_each_recipient_once(smtp_settings):
+@pytest.fixture(params=["rows", "leases"])
+def protocol(request, settings) -> str:
+    """The send protocol of the campaigns the worker builds (the lease protocol's, for now,
+    served by a receiver that de-duplicates: tests/test_worker_leases.py)."""
+    settings.SENDER_PROTOCOL = request.param
+    if request.param == "leases":
+        settings.SENDER_IDEMPOTENT_TRANSPORT = True
+    return request.param
+
+
+def test_a_campaign_runs_to_completion_each_recipient_once(smtp_settings, protocol):
     campaign = approved_campaign(count=60)
     run_worker()
     campaign.refresh_from_db()
@@ -40,7 +50,7 @@ def test_once_runs_a_single_cycle(smtp_settings):
     assert statuses(campaign) == {"sent": 7, "queued": 3}
 
 
-def test_a_4xx_is_retried_later_with_the_same_message_id(smtp_settings):
+def test_a_4xx_is_retried_later_with_the_same_message_id(smtp_settings, protocol):
     campaign = approved_campaign(count=3)
     smtp_settings.handler.replies = {"person1@example.com": ["451 4.3.0 local error in processing",
                                                              "450 4.2.0 mailbox unavailable"]}
@@ -103,7 +113,7 @@ def test_a_mail_server_down_at_start_is_waited_for(smtp_settings, settings):
     assert len(smtp_settings.handler.keys()) == 5
 
 
-def test_an_opt_out_during_the_send_is_honoured(smtp_settings):
+def test_an_opt_out_during_the_send_is_honoured(smtp_settings, protocol):
     campaign = approved_campaign(count=30)
     late = "person25@example.com"
 

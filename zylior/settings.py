@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = BASE_DIR / ".data"
@@ -164,6 +165,13 @@ DESTINATIONS_RESOLVE_SECONDS = env.float("DESTINATIONS_RESOLVE_SECONDS", default
 # chunks in doubt with a plain receiver
 SENDER_CONNECTIONS = env.int("SENDER_CONNECTIONS", default=4)
 SENDER_HANDOFF_CHUNK = env.int("SENDER_HANDOFF_CHUNK", default=5)  # messages per hand-over (plain)
+# The send protocol of a campaign built from now on (docs/one-write-per-recipient.md): "rows" (each
+# row claimed under a lease of its own: two writes a recipient) or "leases" (a lease per batch
+# behind the campaign's cursor: one write a recipient; for now served only by workers whose
+# receiver de-duplicates). A campaign keeps the protocol it was built with.
+SENDER_PROTOCOL = env.str("SENDER_PROTOCOL", default="rows")
+if SENDER_PROTOCOL not in ("rows", "leases"):
+    raise ImproperlyConfigured(f"SENDER_PROTOCOL must be rows or leases, not {SENDER_PROTOCOL!r}")
 MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN", default=urlsplit(SITE_URL).hostname or "localhost")
 # VERP (growth.sending.verp): bounces come back to <BOUNCE_LOCAL_PART>+<signed job>@BOUNCE_DOMAIN;
 # unset, the envelope sender is the From address and bounces cannot be matched to their send.

@@ -31,6 +31,7 @@ class Sending(FromRow):
     warmup_daily_growth: float
     warmup_until: int
     now: datetime  # the database's
+    leases: bool  # it runs on the lease protocol (growth.managers.leases)
 
     def window_opens_in(self) -> float:
         """Seconds until the campaign's sending window opens (0: open, or none)."""

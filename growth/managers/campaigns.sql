@@ -125,13 +125,15 @@ RETURNING c.id;
 -- sending --
 -- campaigns a worker can claim from, with what paces them: their tenant's buckets (its rate,
 -- its warm-up quota; not those of its mail to one destination), its warm-up schedule, the
--- campaign's sending window and the database's clock to read it by
+-- campaign's sending window and the database's clock to read it by; and whether the campaign runs
+-- on the lease protocol (it has a cursor)
 SELECT c.id AS campaign_id, c.account_id,
        ARRAY(SELECT rl.id FROM growth_rate_limits rl
               WHERE rl.account_id = c.account_id AND rl.destination_id IS NULL
               ORDER BY rl.id) AS bucket_ids,
        c.window_starts, c.window_ends, a.time_zone, a.warmup_started_on, a.warmup_daily_start,
-       a.warmup_daily_growth, a.warmup_until, now() AS now
+       a.warmup_daily_growth, a.warmup_until, now() AS now,
+       EXISTS (SELECT 1 FROM growth_send_cursors k WHERE k.campaign_id = c.id) AS leases
   FROM growth_campaigns c
   JOIN growth_accounts a ON a.id = c.account_id
  WHERE c.status = 'sending'

@@ -10,8 +10,11 @@
 -- Times are the database's now(), never a worker's clock.
 
 -- open_cursor --
--- A built campaign's cursor, before its first row: with the recipient list, in its transaction.
-INSERT INTO growth_send_cursors (campaign_id) VALUES (%(campaign_id)s)
+-- A campaign built to run on this protocol (leases: true) gets its cursor, before its first row,
+-- with its recipient list and in its transaction. A campaign runs on the lease protocol if and
+-- only if it has a cursor.
+INSERT INTO growth_send_cursors (campaign_id)
+SELECT %(campaign_id)s WHERE %(leases)s
 ON CONFLICT (campaign_id) DO NOTHING;
 
 -- lock_cursor --

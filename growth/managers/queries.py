@@ -182,15 +182,16 @@ class Queries:
             columns = [column.name for column in cursor.description]
             return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
-    def together(self, *calls: tuple[str, dict[str, object]],
-                 wait_for_flush: bool = True) -> list[list[Row]]:
+    def together(self, *calls: tuple[str, dict[str, object]], wait_for_flush: bool = True,
+                 prepare: bool = True) -> list[list[Row]]:
         """Run several statements in one round trip and one transaction: the string of them is
         one implicit transaction, all committed or none. Return each one's rows.
         ``wait_for_flush`` as for ``rows``, for the whole string. Each is bound on the client
         (psycopg's ClientCursor, as Django's cursors are), so that their parameters' names cannot
-        meet; with DATABASE_PREPARED_STATEMENTS each is prepared on the connection first (once)
-        and executed by name."""
-        prepared = settings.DATABASE_PREPARED_STATEMENTS
+        meet; with DATABASE_PREPARED_STATEMENTS (and ``prepare``: not for a statement whose best
+        plan depends on its parameters' values) each is prepared on the connection first (once)
+        and executed by name, with a generic plan."""
+        prepared = prepare and settings.DATABASE_PREPARED_STATEMENTS
         with connection.cursor() as cursor:
             lead = [] if wait_for_flush or connection.in_atomic_block else [NO_FLUSH_WAIT]
             if prepared:

@@ -103,8 +103,9 @@ class SendManager(models.Manager):
     def unbuilt_campaigns(self) -> list[int]:
         return QUERIES.column("unbuilt_campaigns")
 
-    def build_recipients(self, *, campaign_id: int) -> int | None:
-        """Create the campaign's send rows and mark it built, in one transaction.
+    def build_recipients(self, *, campaign_id: int, leases: bool = False) -> int | None:
+        """Create the campaign's send rows and mark it built, in one transaction; ``leases``: it
+        runs on the lease protocol (it gets its cursor), else on the row protocol.
 
         Return how many rows were created, or None when another worker holds the build or has
         already finished it.
@@ -120,7 +121,7 @@ class SendManager(models.Manager):
             else:
                 created = self._build_follow_up(campaign_id, original_id=unbuilt["resend_of_id"],
                                                 root_id=unbuilt["resend_root_id"])
-            QUERIES.rows("mark_built", campaign_id=campaign_id)
+            QUERIES.rows("mark_built", campaign_id=campaign_id, leases=leases)
         if created >= ANALYZE_AFTER:
             # Before autovacuum gets to it, the planner would judge the claim by the old,
             # empty statistics and read the whole campaign for every batch (seen: 1.2 s at 1M).

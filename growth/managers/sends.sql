@@ -152,7 +152,7 @@ ON CONFLICT DO NOTHING;
 ANALYZE growth_sends;
 
 -- mark_built --
--- the recipient list is whole; the lease protocol's cursor starts before its first row
+-- the recipient list is whole; a campaign built for the lease protocol gets its cursor
 WITH cursor AS (
     {{ leases.open_cursor }}
 )

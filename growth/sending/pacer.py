@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from growth.managers.campaigns import Sending
+from growth.managers.leases import UNPACED, Lease, Pacing
 from growth.managers.limits import DestinationGrant, ThrottlePolicy
 from growth.managers.sends import Claimed
-from growth.models import RateLimit, Send
+from growth.models import RateLimit, Send, SendLease
 from growth.observability import metrics
 from growth.sending.transports import Outcome
 
@@ -42,6 +43,7 @@ class Claim:
     rows: list[Claimed] = field(default_factory=list)
     granted: int = 0  # rows the buckets allowed (0: none, see wait)
     wait: float = 0.0  # seconds until something could be granted, when nothing was
+    leases: list[Lease] = field(default_factory=list)  # the lease protocol's: the rows' leases
 
 
 class Pacer:
@@ -74,7 +76,12 @@ class Pacer:
         paced = RateLimit.objects.take_destinations(account_id=campaign.account_id,
                                                     want=grant.count)
         self._throttling = self._throttling or any(d.throttled for d in paced.values())
-        if paced:
+        leases = []
+        if campaign.leases:
+            leases = self._claim_leases(campaign, grant.count, paced, worker_id=worker_id,
+                                        lease=lease, hand_over=hand_over)
+            rows = [row for leased in leases for row in leased.rows]
+        elif paced:
             rows = self._claim_paced(campaign, grant.count, paced, worker_id=worker_id,
                                      lease=lease, hand_over=hand_over)
         else:
@@ -87,7 +94,37 @@ class Pacer:
             RateLimit.objects.give_back(allowed.bucket_ids,
                                         count=allowed.granted - by_destination[destination_id])
         waits = [d.wait for d in paced.values() if not d.granted and d.wait > 0]
-        return Claim(rows, grant.count, wait=0.0 if rows or not waits else min(waits))
+        return Claim(rows, grant.count, wait=0.0 if rows or not waits else min(waits),
+                     leases=leases)
+
+    def _claim_leases(self, campaign: Sending, count: int, paced: dict[int, DestinationGrant], *,
+                      worker_id: str, lease: float, hand_over: bool) -> list[Lease]:
+        """The lease protocol's claim: the campaign's cursor is the hand, and a paced
+        destination's rows past it are set aside, due behind it, for its share to take. A
+        receiver that de-duplicates takes the batch as one lease; a plain one, in chunks."""
+        shares, left = self._shares(count, paced)
+        leases = SendLease.objects.claim(
+            worker_id=worker_id, campaign_id=campaign.campaign_id, batch_size=left, lease=lease,
+            chunk_size=None if hand_over else settings.SENDER_HANDOFF_CHUNK, hand_over=hand_over,
+            pacing=Pacing(shares, scan=SCAN_BATCHES * self.batch_size) if paced else UNPACED)
+        self._give_back_trimmed(paced, shares)
+        return leases
+
+    @staticmethod
+    def _shares(count: int, paced: dict[int, DestinationGrant]) -> tuple[dict[int, int], int]:
+        """Each paced destination's share of ``count`` (the emptiest first), and what is left
+        for the others."""
+        shares, left = {}, count
+        for destination_id, allowed in sorted(paced.items(), key=lambda item: item[1].granted):
+            shares[destination_id] = min(allowed.granted, left)
+            left -= shares[destination_id]
+        return shares, left
+
+    @staticmethod
+    def _give_back_trimmed(paced: dict[int, DestinationGrant], shares: dict[int, int]) -> None:
+        for destination_id, share in shares.items():  # tokens of destinations trimmed above
+            RateLimit.objects.give_back(paced[destination_id].bucket_ids,
+                                        count=paced[destination_id].granted - share)
 
     def _claim_after_hand(self, campaign: Sending, count: int, *, worker_id: str, lease: float,
                           hand_over: bool) -> list[Claimed]:
@@ -109,10 +146,7 @@ class Pacer:
 
     def _claim_paced(self, campaign: Sending, count: int, paced: dict[int, DestinationGrant], *,
                      worker_id: str, lease: float, hand_over: bool) -> list[Claimed]:
-        shares, left = {}, count
-        for destination_id, allowed in sorted(paced.items(), key=lambda item: item[1].granted):
-            shares[destination_id] = min(allowed.granted, left)
-            left -= shares[destination_id]
+        shares, left = self._shares(count, paced)
         scan = SCAN_BATCHES * self.batch_size
         claimed = Send.objects.claim_paced(
             worker_id=worker_id, campaign_id=campaign.campaign_id, free=left, lease=lease,
@@ -120,9 +154,7 @@ class Pacer:
             scan=scan, hand_over=hand_over)
         # a full window may have left free rows after it: the next claim looks there
         self._hands[campaign.campaign_id] = claimed.scanned_to if claimed.scanned >= scan else 0
-        for destination_id, share in shares.items():  # tokens of destinations trimmed above
-            RateLimit.objects.give_back(paced[destination_id].bucket_ids,
-                                        count=paced[destination_id].granted - share)
+        self._give_back_trimmed(paced, shares)
         return claimed.rows
 
     def _transport_bucket(self) -> int | None:

@@ -26,6 +26,11 @@ worker trades speed for doubt (``receiver_deduplicates`` says which it is):
 
 Within ``run()`` the loop claims the next batch while the wires finish the last one (at most
 two batches in hand: a stop or a pause lets both finish).
+
+Each campaign runs on the protocol it was built with (SENDER_PROTOCOL): the row protocol above,
+or the lease protocol (``growth.managers.leases``: a lease per batch behind the campaign's
+cursor, each row written once, by the settle that ends the lease), which for now only a worker
+whose receiver de-duplicates serves.
 """
 
 from __future__ import annotations
@@ -45,12 +50,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connection
 
 from growth.audience.destinations import classify_recipient_domains
 from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
+from growth.managers.leases import SUPPRESSED, Lease
 from growth.managers.queries import discard_connection
 from growth.managers.sends import Claimed, HandOver
 from growth.models import Campaign, Send, SendLease, SendTally, Suppression, WorkerHeartbeat
@@ -135,13 +142,18 @@ class Batch:
     rows: list[Claimed]
     full: bool  # as many rows as were asked for: more is likely waiting
     tally: Tally
+    leases: list[Lease] = field(default_factory=list)  # the lease protocol's (none: the row one)
     # each row's attempt as claimed: with the worker id, what makes a row still ours
     attempts: dict[int, int] = field(init=False)
     destinations: dict[int, int | None] = field(init=False)  # each row's mailbox provider
+    # rows not to be sent (an opt-out found by the claim or the hand-over), which a lease's settle
+    # names as such
+    withheld: set[int] = field(init=False)
 
     def __post_init__(self) -> None:
         self.attempts = {row.id: row.attempts for row in self.rows}
         self.destinations = {row.id: row.destination_id for row in self.rows}
+        self.withheld = {row.id for row in self.rows if row.status == Send.Status.SUPPRESSED}
 
     @property
     def to_send(self) -> list[Claimed]:
@@ -176,6 +188,15 @@ class Worker:
         self.lease = settings.SENDER_LEASE if lease is None else lease  # seconds
         self.transport = transport or get_transport()
         self.idempotent = receiver_deduplicates(self.transport, lease=self.lease)
+        # the protocol of the campaigns it builds (docs/one-write-per-recipient.md); it serves
+        # each campaign on the protocol that campaign was built with
+        self.builds_leases = settings.SENDER_PROTOCOL == "leases"
+        if self.builds_leases and not self.idempotent:
+            raise ImproperlyConfigured(
+                "SENDER_PROTOCOL=leases needs, for now, a receiver that de-duplicates on the "
+                "Idempotency-Key (SENDER_IDEMPOTENT_TRANSPORT): a plain receiver's chunks are "
+                "not handed over through leases yet")
+        self._skipped_lease_campaigns: set[int] = set()
         self.connections = connections or settings.SENDER_CONNECTIONS
         self._wires = Wires(self.transport, self.connections)
         # plain, on several wires: their hand-overs committed together (one wire: on its own)
@@ -289,7 +310,8 @@ class Worker:
     def _build(self) -> None:
         for campaign_id in Send.objects.unbuilt_campaigns():
             classify_recipient_domains(campaign_id=campaign_id)  # for pacing per provider
-            created = Send.objects.build_recipients(campaign_id=campaign_id)
+            created = Send.objects.build_recipients(campaign_id=campaign_id,
+                                                    leases=self.builds_leases)
             if created is not None:
                 logger.info("campaign %s: %d recipients built", campaign_id, created)
 
@@ -322,6 +344,9 @@ class Worker:
         sending = Campaign.objects.sending()
         self._console.sending([campaign.campaign_id for campaign in sending])
         for campaign in self._in_turn(sending):
+            if campaign.leases and not self.idempotent:
+                self._skip_lease_campaign(campaign.campaign_id)
+                continue
             try:
                 with metrics.STATEMENT_SECONDS.labels("claim").time():
                     claim = self._pacer.claim(campaign, worker_id=self.worker_id,
@@ -340,8 +365,17 @@ class Worker:
             going = sum(1 for row in claim.rows if row.status == Send.Status.SENDING)
             self._last_campaign_id = campaign.campaign_id
             return Batch(campaign.campaign_id, claim.rows, full=len(claim.rows) == claim.granted,
-                         tally=Tally(campaign.campaign_id, claimed=len(claim.rows), to_send=going))
+                         tally=Tally(campaign.campaign_id, claimed=len(claim.rows), to_send=going),
+                         leases=claim.leases)
         return None
+
+    def _skip_lease_campaign(self, campaign_id: int) -> None:
+        if campaign_id not in self._skipped_lease_campaigns:
+            self._skipped_lease_campaigns.add(campaign_id)
+            logger.warning("campaign %s runs on the lease protocol, which this worker's plain "
+                           "receiver cannot serve yet: left to workers whose receiver "
+                           "de-duplicates", campaign_id,
+                           extra={"campaign_id": campaign_id, "worker_id": self.worker_id})
 
     def _deliver(self, batch: Batch) -> Delivering:
         """Put the batch on the worker's connections (``growth.sending.wires``); ``_land``
@@ -360,7 +394,8 @@ class Worker:
         each settle is a round trip). Only the claim overlaps the batch before: the look at
         the opt-outs waits for its wires, so that it is taken just before these sends."""
         self._land(block=True)
-        handed = self._retrying_db(lambda: self._hand_over([row.id for row in batch.to_send]),
+        handed = self._retrying_db(lambda: self._hand_over([row.id for row in batch.to_send],
+                                                           batch=batch),
                                    deadline=time.monotonic() + self.lease)
         if handed is None:
             return _nothing_to_deliver(batch)  # no database for a whole lease: retried on expiry
@@ -462,7 +497,9 @@ class Worker:
         batch = delivering.batch
         answered = [wire.result() for wire in delivering.wires if not wire.exception()]
         if self.idempotent:  # plain: each chunk was settled on its wire
-            self._settle(batch, [outcome for share in answered for outcome in share])
+            # a lease is settled even without an answer: the settle judges its rows (and ends it)
+            self._settle(batch, [outcome for share in answered for outcome in share],
+                         always=bool(batch.leases))
         failed = next((wire.exception() for wire in delivering.wires if wire.exception()), None)
         if isinstance(failed, OperationalError | InterfaceError):
             # the database, not the campaign: unsettled rows keep their lease
@@ -477,8 +514,8 @@ class Worker:
     def _report(self, batch: Batch) -> None:
         self._settler.submit(lambda: batch.tally.report(self.worker_id, self.transport.label))
 
-    def _settle(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
-        if outcomes:
+    def _settle(self, batch: Batch, outcomes: Sequence[Outcome], *, always: bool = False) -> None:
+        if outcomes or always:
             self._settler.submit(lambda: self._settled(batch, outcomes))
 
     def _settled(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
@@ -509,8 +546,12 @@ class Worker:
         self._renderers.pop(batch.campaign_id, None)
         self._settler.drain()  # outcomes already in hand are recorded first
         Campaign.objects.pause(campaign_id=batch.campaign_id, reason=reason)
-        Send.objects.release([row.id for row in batch.rows], campaign_id=batch.campaign_id,
-                             worker_id=self.worker_id, idempotent=self.idempotent)
+        for lease in batch.leases:  # those still ours: a settled one has ended
+            SendLease.objects.release(lease.id, campaign_id=batch.campaign_id,
+                                      worker_id=self.worker_id, idempotent=self.idempotent)
+        if not batch.leases:
+            Send.objects.release([row.id for row in batch.rows], campaign_id=batch.campaign_id,
+                                 worker_id=self.worker_id, idempotent=self.idempotent)
 
     def _finish(self) -> None:
         self._land(block=True)
@@ -595,12 +636,16 @@ class Worker:
                              len(deliveries))
         return outcomes
 
-    def _hand_over(self, ids: Sequence[int]) -> dict[int, str]:
+    def _hand_over(self, ids: Sequence[int], *, batch: Batch | None = None) -> dict[int, str]:
         """Idempotent receiver, before a batch goes out: return {send id: 'sending' (send it) |
         'suppressed'} for the rows still ours (a plain receiver's chunks: ``_hand_over_chunk``).
         Handed over by the claim already, the rows only need a look at the opt-outs, and that
-        look is a read; the rare blocked row goes through the hand-over to be suppressed."""
+        look is a read; the rare blocked row goes through the hand-over to be suppressed (in a
+        lease, its settle writes it so)."""
         blocked = Send.objects.blocked(ids)
+        if batch is not None and batch.leases:
+            batch.withheld.update(blocked)
+            return {i: Send.Status.SUPPRESSED if i in blocked else Send.Status.SENDING for i in ids}
         handed = Send.objects.hand_over(blocked, worker_id=self.worker_id) if blocked else {}
         # A blocked row is never sent by us: suppressed if still ours, else (recovered, taken
         # over) left to its new holder, whose own check will see the opt-out.
@@ -612,9 +657,23 @@ class Worker:
         lasts (past it, the rows are recovered as after a crash)."""
         def settle() -> dict[int, str]:
             with metrics.STATEMENT_SECONDS.labels("settle").time():
+                if batch.leases:
+                    return self._settle_leases(batch, outcomes)
                 return Send.objects.settle(outcomes, **self._settle_policy(batch))
 
         return self._retrying_db(settle, deadline=time.monotonic() + self.lease) or {}
+
+    def _settle_leases(self, batch: Batch, outcomes: Sequence[Outcome]) -> dict[int, str]:
+        """End each of the batch's leases, naming its withheld rows suppressed; return what the
+        answered rows became (the withheld ones were counted when they were found)."""
+        settled: dict[int, str] = {}
+        for lease in batch.leases:
+            ids = {row.id for row in lease.rows}
+            named = [o for o in outcomes if o.send_id in ids] + [
+                Outcome(i, SUPPRESSED) for i in sorted(ids & batch.withheld)]
+            settled.update(SendLease.objects.settle(lease.id, named, idempotent=self.idempotent,
+                                                    **self._settle_policy(batch)))
+        return {i: status for i, status in settled.items() if i not in batch.withheld}
 
     def _hand_over_chunk(self, batch: Batch, answered: Sequence[Outcome],
                          ids: Sequence[int]) -> dict[int, str]:
