@@ -113,8 +113,9 @@ def fresh_sends() -> None:
                        "WHERE status IN ('draft', 'approved', 'sending', 'paused')")
 
 
-def built_and_paused(audience: Audience, *, html: bool = True) -> int:
-    """A campaign whose recipients are built (by the engine's own statement), paused; its id.
+def built_and_paused(audience: Audience, *, html: bool = True, leases: bool = False) -> int:
+    """A campaign whose recipients are built (by the engine's own statement; ``leases``: for the
+    lease protocol), paused; its id.
 
     Built and ANALYZEd before any worker starts, so that every contender starts from the same
     table; paused, so that workers can start (Django imports, connections) before the clock does.
@@ -122,7 +123,7 @@ def built_and_paused(audience: Audience, *, html: bool = True) -> int:
     fresh_sends()
     campaign_id = approved_campaign(audience, html=html)
     assert Campaign.objects.start_due() == [campaign_id], "another campaign was due"
-    created = Send.objects.build_recipients(campaign_id=campaign_id)
+    created = Send.objects.build_recipients(campaign_id=campaign_id, leases=leases)
     assert created == audience.size, f"built {created} recipients, expected {audience.size}"
     assert Campaign.objects.pause(campaign_id=campaign_id)
     with connection.cursor() as cursor:

@@ -96,6 +96,7 @@ HOT_COLUMNS = ["status", "attempts", "lease_expires_at", "handed_over_at", "clai
 STATE_FLAGS = ["bounce_reported", "complaint_reported"]
 TABLES = ["dir_state", "dir_wide", "dir_sends", "dir_leases", "dir_cursors"]
 NO_NESTLOOP = "engine, enable_nestloop off"
+ON_LEASES = "engine on leases"  # SENDER_PROTOCOL=leases: its campaign claimed through leases.sql
 # i's claim with no destination paced (the bench's campaign has none)
 UNPACED = {"paced": [], "share_ids": [], "share_counts": [], "scan": 0}
 # every index of growth_sends whose key or condition reads a column a settle writes (status,
@@ -534,6 +535,10 @@ def measure(*, audience, batch_size: int, workers: list[int], repetitions: int, 
                 record(NO_NESTLOOP, count, engine.run(
                     audience=audience, batch_size=batch_size, workers=count, out=out,
                     name="directions-no-nestloop", env={"PGOPTIONS": "-c enable_nestloop=off"}))
+                # the engine itself on the lease protocol (its campaign built for it)
+                record(ON_LEASES, count, engine.run(
+                    audience=audience, batch_size=batch_size, workers=count, out=out,
+                    name="directions-leases", leases=True))
                 record("pgqueuer", count, peers.pgqueuer_run(jobs=size, workers=count,
                                                              batch_size=batch_size))
                 record("minimal ceiling", count, minimal.run(size=size, batch_size=batch_size,

@@ -73,9 +73,10 @@ def stop(senders) -> None:
 
 
 def run(*, audience, batch_size: int, workers: int, out: Path, transport: str = NULL,
-        env: dict[str, str] | None = None, name: str = "engine") -> float:
-    """Seconds from campaign start to campaign 'sent' with ``workers`` run_sender processes."""
-    campaign_id = data.built_and_paused(audience)
+        env: dict[str, str] | None = None, name: str = "engine", leases: bool = False) -> float:
+    """Seconds from campaign start to campaign 'sent' with ``workers`` run_sender processes
+    (``leases``: the campaign built for the lease protocol)."""
+    campaign_id = data.built_and_paused(audience, leases=leases)
     extra = {"SENDER_TRANSPORT": transport, **(env or {})}
     senders = start_senders(workers, env=sender_env(**extra), log_dir=out / "logs",
                             args=["--batch-size", str(batch_size), "--tick", str(POLL)],

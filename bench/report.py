@@ -586,9 +586,10 @@ def _directions(found: dict) -> list[str]:
         fixed = rate(found, "engine, enable_nestloop off", w)
         # the engine's statements' time, and the bare loop of the same statements
         base_engine, base_loop = (fixed, as_is) if fixed else (engine, rate(found, "v", w) or as_is)
-        for name in ("engine", "engine, enable_nestloop off", "pgqueuer", "minimal ceiling"):
+        for name in ("engine", "engine, enable_nestloop off", "engine on leases", "pgqueuer",
+                     "minimal ceiling"):
             value = rate(found, name, w)
-            if value or name != "engine, enable_nestloop off":
+            if value or name not in ("engine, enable_nestloop off", "engine on leases"):
                 out.append(f"| {name} | {w} | {value:,.0f} | {_ratio(value, as_is)} "
                            f"| {_ratio(value, minimal)} | – "
                            f"| {_ratio(value, pgqueuer) if name.startswith('engine') else '–'} | – |"
