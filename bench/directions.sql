@@ -25,11 +25,6 @@ lease_expires_at = NULL,
 handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled') THEN NULL
                       ELSE s.handed_over_at END
 
--- _outcomes --
-unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
-       %(provider_ids)s::text[], %(errors)s::text[], %(retry_afters)s::float8[])
-    AS r(id, attempt, outcome, provider_message_id, error, retry_after)
-
 -- _campaign_for_share --
 campaign AS MATERIALIZED (
     SELECT id, status FROM growth_campaigns WHERE id = %(campaign_id)s FOR SHARE

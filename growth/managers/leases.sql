@@ -200,9 +200,7 @@ UPDATE growth_sends s
                                              (SELECT handed_over_at FROM ended), now()) END,
        claimed_by = %(worker_id)s
   FROM campaign c,
-       unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
-              %(provider_ids)s::text[], %(errors)s::text[], %(retry_afters)s::float8[])
-           AS r(id, attempt, outcome, provider_message_id, error, retry_after)
+       {{ sends._outcomes }}
  WHERE s.id = ANY(%(ids)s::bigint[])
    AND s.id = r.id
    AND s.campaign_id = c.id

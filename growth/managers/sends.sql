@@ -349,6 +349,12 @@ RETURNING s.id, s.status;
  AND c.status <> 'cancelled'
  AND now() < coalesce(s.first_attempt_at, now()) + make_interval(secs => %(retry_for)s))
 
+-- _outcomes --
+-- A settle's outcomes as rows r, one for each element of its parallel arrays (both protocols').
+unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
+       %(provider_ids)s::text[], %(errors)s::text[], %(retry_afters)s::float8[])
+    AS r(id, attempt, outcome, provider_message_id, error, retry_after)
+
 -- _settled_outcome --
 -- What a settle writes of an outcome r (r.attempt: the attempt it answers) on row s of campaign c
 -- (locked FOR SHARE), in either protocol (leases.sql's settle too). A throttle ("slow down") is
@@ -403,9 +409,7 @@ UPDATE growth_sends s
        handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled') THEN NULL
                              ELSE s.handed_over_at END
   FROM campaign c,
-       unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
-              %(provider_ids)s::text[], %(errors)s::text[], %(retry_afters)s::float8[])
-           AS r(id, attempt, outcome, provider_message_id, error, retry_after)
+       {{ _outcomes }}
  WHERE s.id = ANY(%(ids)s::bigint[])
    AND s.id = r.id
    AND s.campaign_id = c.id
