@@ -9,7 +9,15 @@ import pytest
 from django.utils import timezone
 
 from growth.managers.limits import ThrottlePolicy
-from growth.models import Campaign, Destination, RateLimit, RateLimitChange, Send, Subscriber
+from growth.models import (
+    Campaign,
+    Destination,
+    RateLimit,
+    RateLimitChange,
+    Send,
+    SendCursor,
+    Subscriber,
+)
 from growth.sending.pacer import Pacer
 from growth.sending.transports import Outcome
 from tests.factories import CampaignFactory, SegmentFactory
@@ -92,6 +100,25 @@ def test_unused_destination_tokens_are_given_back():
     limit("google", per_second=0.01, burst=5, tokens=5)  # a paced provider this campaign lacks
     assert len(claim(campaign, batch=10).rows) == 4
     assert RateLimit.objects.get(destination__name="google").tokens == pytest.approx(5, abs=0.01)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("leases", [False, True])
+def test_tokens_of_a_provider_trimmed_from_the_batch_are_given_back_once(leases):
+    """Two paced providers granted 4 each for a batch of 4: one gets its 4, the other none, and
+    what it was granted goes back to its bucket once: it has its 10 again, not 14."""
+    campaign = campaign_to({"gmail.com": 5, "outlook.com": 5})
+    if leases:
+        SendCursor.objects.create(campaign=campaign)  # built for the lease protocol
+    for name in ("google", "microsoft"):
+        limit(name, per_second=0.001, burst=20, tokens=10)
+    rows = claim(campaign, batch=4).rows
+    if leases:  # the first walk past the cursor set every row aside (all are paced): due now
+        assert rows == []
+        rows = claim(campaign, batch=4).rows
+    assert len(rows) == 4
+    tokens = sorted(r.tokens for r in RateLimit.objects.filter(destination__isnull=False))
+    assert tokens == [pytest.approx(6, abs=0.1), pytest.approx(10, abs=0.1)]
 
 
 @pytest.mark.django_db

@@ -89,6 +89,7 @@ class Pacer:
                                           hand_over=hand_over)
         going = [row for row in rows if row.status == Send.Status.SENDING]
         RateLimit.objects.give_back(buckets, count=grant.count - len(going))
+        # each paced destination's tokens not used, its share trimmed off included: once
         by_destination = Counter(row.destination_id for row in going)
         for destination_id, allowed in paced.items():
             RateLimit.objects.give_back(allowed.bucket_ids,
@@ -107,7 +108,6 @@ class Pacer:
             worker_id=worker_id, campaign_id=campaign.campaign_id, batch_size=left, lease=lease,
             chunk_size=None if hand_over else settings.SENDER_HANDOFF_CHUNK, hand_over=hand_over,
             pacing=Pacing(shares, scan=SCAN_BATCHES * self.batch_size) if paced else UNPACED)
-        self._give_back_trimmed(paced, shares)
         return leases
 
     @staticmethod
@@ -120,11 +120,6 @@ class Pacer:
             left -= shares[destination_id]
         return shares, left
 
-    @staticmethod
-    def _give_back_trimmed(paced: dict[int, DestinationGrant], shares: dict[int, int]) -> None:
-        for destination_id, share in shares.items():  # tokens of destinations trimmed above
-            RateLimit.objects.give_back(paced[destination_id].bucket_ids,
-                                        count=paced[destination_id].granted - share)
 
     def _claim_after_hand(self, campaign: Sending, count: int, *, worker_id: str, lease: float,
                           hand_over: bool) -> list[Claimed]:
@@ -154,7 +149,6 @@ class Pacer:
             scan=scan, hand_over=hand_over)
         # a full window may have left free rows after it: the next claim looks there
         self._hands[campaign.campaign_id] = claimed.scanned_to if claimed.scanned >= scan else 0
-        self._give_back_trimmed(paced, shares)
         return claimed.rows
 
     def _transport_bucket(self) -> int | None:
