@@ -109,10 +109,10 @@ WITH cursor AS MATERIALIZED (
              LIMIT CASE WHEN cardinality(%(paced)s::int[]) = 0
                         THEN greatest(%(batch_size)s - (SELECT count(*) FROM retried), 0)
                         ELSE %(scan)s END) w
-     -- the room left: every row up to the last one taken, and the paced ones before the next
-     WHERE w.unpaced_so_far < greatest(%(batch_size)s - (SELECT count(*) FROM retried), 0)
-        OR (NOT w.paced
-            AND w.unpaced_so_far = greatest(%(batch_size)s - (SELECT count(*) FROM retried), 0))
+     -- the room left: every row before the first one past it (an unpaced row), the paced ones
+     -- set aside. With no room (the shares took the whole grant) that is the paced rows before
+     -- the first unpaced one: set aside all the same, or the shares would never find them due.
+     WHERE w.unpaced_so_far <= greatest(%(batch_size)s - (SELECT count(*) FROM retried), 0)
 ), set_aside AS (
     UPDATE growth_sends s
        SET next_attempt_at = now()
