@@ -44,8 +44,11 @@ def main() -> None:
 
         worker.Worker._deliver = die
     elif point == "after-send":  # the settle, alone or with the wire's next hand-over
+        from growth.managers import leases
+
         real_hand_overs = sends.SendManager.settle_and_hand_over_many
         sends.SendManager.settle = lambda self, outcomes, **kw: die() if outcomes else {}
+        leases.LeaseManager.settle = lambda self, lease_id, outcomes, **kw: die() if outcomes else {}
         sends.SendManager.settle_and_hand_over_many = lambda self, requests: (
             die() if any(request.outcomes for request in requests)
             else real_hand_overs(self, requests))

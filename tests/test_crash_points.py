@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from growth.models import Campaign, Send
+from growth.models import Campaign, Send, SendCursor, SendLease
 from tests.helpers import concurrently, manage, subprocess_env
 from tests.scenarios import approved_campaign, statuses
 
@@ -20,20 +20,24 @@ OPTIONS = ["--batch-size", "10", "--lease", "1", "--tick", "0.1"]
 CHUNK = 5  # SENDER_HANDOFF_CHUNK's default
 
 
-def env(smtp_server, idempotent: bool) -> dict[str, str]:
+def env(smtp_server, idempotent: bool, protocol: str = "rows") -> dict[str, str]:
     return subprocess_env(EMAIL_URL=smtp_server.url, SENDER_BACKOFF_BASE="0.1",
-                          SENDER_IDEMPOTENT_TRANSPORT="true" if idempotent else "false")
+                          SENDER_IDEMPOTENT_TRANSPORT="true" if idempotent else "false",
+                          SENDER_PROTOCOL=protocol)
 
 
-def crash_at(point: str, smtp_server, idempotent: bool = False, *options: str) -> None:
+def crash_at(point: str, smtp_server, idempotent: bool = False, *options: str,
+             protocol: str = "rows") -> None:
     result = subprocess.run([sys.executable, CRASHING, point, *OPTIONS, "--once", *options],
-                            env=env(smtp_server, idempotent), capture_output=True, timeout=60)
+                            env=env(smtp_server, idempotent, protocol), capture_output=True,
+                            timeout=60)
     assert result.returncode == -signal.SIGKILL, result.stdout.decode() + result.stderr.decode()
 
 
-def restart(smtp_server, idempotent: bool = False) -> None:
+def restart(smtp_server, idempotent: bool = False, protocol: str = "rows") -> None:
     result = subprocess.run(manage("run_sender", *OPTIONS, "--until-idle"),
-                            env=env(smtp_server, idempotent), capture_output=True, timeout=120)
+                            env=env(smtp_server, idempotent, protocol), capture_output=True,
+                            timeout=120)
     assert result.returncode == 0, result.stderr.decode()
 
 
@@ -97,10 +101,12 @@ def test_killed_between_send_and_settle_on_many_connections_leaves_one_chunk_eac
     assert sent <= set(keys) <= sent | unknown  # in doubt: arrived or not, never resent
 
 
-def test_killed_between_send_and_settle_idempotent_receiver_absorbs_the_resend(smtp_server):
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+def test_killed_between_send_and_settle_idempotent_receiver_absorbs_the_resend(smtp_server,
+                                                                               protocol):
     campaign = approved_campaign(count=25)
-    crash_at("after-send", smtp_server, True, "--connections", "1")
-    restart(smtp_server, idempotent=True)
+    crash_at("after-send", smtp_server, True, "--connections", "1", protocol=protocol)
+    restart(smtp_server, idempotent=True, protocol=protocol)
     assert statuses(campaign) == {"sent": 25}
     keys = smtp_server.handler.keys()
     assert set(keys) == set(Send.objects.values_list("job_id", flat=True))
@@ -123,3 +129,18 @@ def test_two_workers_started_at_the_same_instant_start_and_build_once(smtp_setti
     assert Send.objects.filter(campaign=campaign).count() == 300
     campaign.refresh_from_db()
     assert campaign.status == Campaign.Status.SENDING
+
+
+def test_killed_between_claim_and_send_on_leases_the_lease_is_taken_over_whole(smtp_server):
+    """The lease protocol, a receiver that de-duplicates: the claim wrote no send row, so the
+    crash leaves them queued in a lease; on expiry it is freed and taken over whole, and each row
+    is written once, by the settle of the claim that sent it."""
+    campaign = approved_campaign(count=25)
+    crash_at("after-claim", smtp_server, True, protocol="leases")
+    assert statuses(campaign) == {"queued": 25}
+    assert SendLease.objects.get().takeovers == 0 and SendCursor.objects.get().claimed_to > 0
+    restart(smtp_server, True, protocol="leases")
+    assert statuses(campaign) == {"sent": 25} and not SendLease.objects.exists()
+    keys = smtp_server.handler.keys()
+    assert len(keys) == 25 and set(keys.values()) == {1}
+    assert set(Send.objects.values_list("attempts", flat=True)) == {1}
