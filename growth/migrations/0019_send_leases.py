@@ -1,21 +1,17 @@
 """The lease protocol's tables (docs/one-write-per-recipient.md, growth/managers/leases.sql): a
-cursor per campaign and a lease per claim, and growth_sends's indexes of the rows due again behind
-a cursor. The worker still runs the row protocol; a campaign built from now on gets its cursor
-with its recipient list. Campaigns built before have none: moving the worker onto leases has to
-place their cursors (behind their first queued row) in a migration of its own.
-The two indexes of growth_sends are built CONCURRENTLY, so that a live send is not held up; few
-rows have a next attempt.
+cursor per campaign and a lease per claim. A campaign built with SENDER_PROTOCOL=leases gets its
+cursor with its recipient list, and runs on the lease protocol because it has one; the others,
+those built before included, stay on the row protocol. growth_sends's indexes of the rows due
+again behind a cursor: 0020.
 """
 
 import django.contrib.postgres.fields
-from django.contrib.postgres.operations import AddIndexConcurrently
 import django.db.models.deletion
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    atomic = False  # AddIndexConcurrently
 
     dependencies = [
         ('growth', '0018_reported_unsent_indexes'),
@@ -46,14 +42,6 @@ class Migration(migrations.Migration):
             options={
                 'db_table': 'growth_send_leases',
             },
-        ),
-        AddIndexConcurrently(
-            model_name='send',
-            index=models.Index(models.F('campaign'), models.F('next_attempt_at'), condition=models.Q(('next_attempt_at__isnull', False)), name='send_due'),
-        ),
-        AddIndexConcurrently(
-            model_name='send',
-            index=models.Index(models.F('campaign'), models.F('destination_id'), models.F('next_attempt_at'), condition=models.Q(('next_attempt_at__isnull', False)), name='send_due_by_destination'),
         ),
         migrations.AddField(
             model_name='sendlease',
