@@ -80,3 +80,10 @@ def cancel(cursor, campaign_id: int) -> list[int]:
     run(cursor, "campaigns.cancel", campaign_id=campaign_id)
     cursor.execute("SELECT id FROM dir_sends WHERE status = 'cancelled'")
     return sorted({row[0] for row in cursor.fetchall()} - before)
+
+
+def queued(cursor) -> bool:
+    """Some row of the copy is still to send (a row in flight, in a free lease or due again is
+    queued)."""
+    cursor.execute("SELECT EXISTS (SELECT 1 FROM dir_sends WHERE status = 'queued')")
+    return cursor.fetchone()[0]

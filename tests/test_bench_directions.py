@@ -340,17 +340,17 @@ def test_i_an_operators_requeue_is_due_behind_the_cursor_and_the_wire_is_counted
     with connection.cursor() as cursor:
         lost = lease.claim(cursor, campaign_id=campaign.id, worker_id="dead", batch_size=2)
         _recover(cursor, idempotent=False)
-        assert lease.run(cursor, "leases.finished", campaign_id=campaign.id) == [{"finished": False}]
+        assert lease.queued(cursor)
         last = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2)
         assert [row["id"] for row in last] == [row[0] for row in _copy("id")][2:]  # one row
         assert [(r["worker_id"], r["rows_held"]) for r in lease.run(
             cursor, "workers.held_in_campaign", campaign_id=campaign.id)] == [("w", 1)]
         lease.settle(cursor, last, {}, campaign_id=campaign.id, worker_id="w")
-        assert lease.run(cursor, "leases.finished", campaign_id=campaign.id) == [{"finished": True}]
+        assert not lease.queued(cursor)
 
         requeued = lease.run(cursor, "sends.retry_unknown", ids=[row["id"] for row in lost])
         assert len(requeued) == 2
-        assert lease.run(cursor, "leases.finished", campaign_id=campaign.id) == [{"finished": False}]
+        assert lease.queued(cursor)
         again = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=5)
         assert _jobs(again) == _jobs(lost)
         assert lease.run(cursor, "workers.held_in_campaign", campaign_id=campaign.id)[0]["rows_held"] == 2

@@ -213,7 +213,8 @@ class LeaseProtocol(RuleBasedStateMachine):
                 self._settle("closer", hand)
             statuses = dict(self._sql_raw("SELECT id, status FROM dir_sends"))
             assert set(statuses.values()) <= FINAL, f"not final at the end: {statuses}"
-            assert self._sql("leases.finished", campaign_id=self.campaign_id) == [{"finished": True}]
+            with connection.cursor() as cursor:
+                assert not lease_statements.queued(cursor)
             self.one_delivery_per_job_between_requeues_and_none_sent_without_one()
         super().teardown()
 

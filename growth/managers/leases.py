@@ -140,7 +140,3 @@ class LeaseManager(models.Manager):
         """Free or end the leases whose worker died or stalled past their expiry."""
         return Recovery.from_row(QUERIES.one("recover", idempotent=idempotent,
                                              max_attempts=max_attempts, limit=limit))
-
-    def finished(self, campaign_id: int) -> bool:
-        """No row of the campaign is queued: none waits, none is in a lease (live or free)."""
-        return QUERIES.one("finished", campaign_id=campaign_id)["finished"]

@@ -308,11 +308,3 @@ WITH campaign AS MATERIALIZED (
     RETURNING s.id
 )
 SELECT (SELECT count(*) FROM freed) AS freed, (SELECT count(*) FROM cancelled) AS cancelled;
-
--- finished --
--- Nothing left to send: no row queued, since a row in flight, in a free lease or due again
--- is 'queued'. One probe that stops at the first.
-SELECT (SELECT 1
-          FROM growth_sends s
-         WHERE s.campaign_id = %(campaign_id)s AND s.status = 'queued'
-         LIMIT 1) IS NULL AS finished;

@@ -66,8 +66,9 @@ UPDATE growth_rate_limits
 -- The destinations (mailbox providers) paced for a tenant's mail: every bucket of a destination,
 -- global or this tenant's, locked in id order and refilled. Each destination may take as many
 -- messages now as its emptiest bucket holds, and no more than its max_in_flight leaves room for
--- beside the messages on the wire to it (rows 'sending', through the partial index of leased rows,
--- and the rows of live leases), and at most `want`; the tokens are taken (the caller gives back what the claim did not use).
+-- beside the messages on the wire to it (rows 'sending', through the partial index of leased
+-- rows, and the rows of live leases), and at most `want`; the tokens are taken (the caller gives
+-- back what the claim did not use).
 WITH locked AS (
     SELECT r.id, r.destination_id, r.max_in_flight, {{ _effective_rate }} AS rate,
            r.throttled_to IS NOT NULL AS throttled, {{ _available }} AS available

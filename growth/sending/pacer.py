@@ -104,11 +104,10 @@ class Pacer:
         destination's rows past it are set aside, due behind it, for its share to take. A
         receiver that de-duplicates takes the batch as one lease; a plain one, in chunks."""
         shares, left = self._shares(count, paced)
-        leases = SendLease.objects.claim(
+        return SendLease.objects.claim(
             worker_id=worker_id, campaign_id=campaign.campaign_id, batch_size=left, lease=lease,
             chunk_size=None if hand_over else settings.SENDER_HANDOFF_CHUNK, hand_over=hand_over,
             pacing=Pacing(shares, scan=SCAN_BATCHES * self.batch_size) if paced else UNPACED)
-        return leases
 
     @staticmethod
     def _shares(count: int, paced: dict[int, DestinationGrant]) -> tuple[dict[int, int], int]:
