@@ -7,9 +7,8 @@ use another block of the same file with ``{{ name }}``: a condition written once
 statement that applies it (the text is spliced in at load time, so the planner sees exactly what
 a copy would have given it); ``{{ sends._blocked }}`` is the block ``_blocked`` of ``sends.sql``
 beside it, so that a rule two files apply has one owner. A block whose name starts with ``_`` is
-such a fragment only. A
-block may begin with ``SET LOCAL`` lines (a planner setting its statement needs): they last until
-the statement's commit, never on the session.
+such a fragment only. A block may begin with ``SET LOCAL`` lines (a planner setting its statement
+needs): they last until the statement's commit, never on the session.
 
 The statements a worker runs for every chunk on its wires (``together``) can be prepared on the
 server once per connection (DATABASE_PREPARED_STATEMENTS): PostgreSQL then stops planning them on
