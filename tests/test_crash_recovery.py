@@ -109,8 +109,10 @@ def test_sigkill_mid_campaign_then_restart_idempotent_receiver(sender, smtp_serv
 @pytest.mark.parametrize("protocol", ["rows", "leases"])
 def test_replicas_racing_on_one_campaign_send_each_recipient_once(sender, smtp_server, protocol):
     campaign = approved_campaign(count=400)
-    # the lease protocol is served, for now, by workers whose receiver de-duplicates
-    replicas = [sender("--until-idle", name=f"r{i}", protocol=protocol,
+    # the lease protocol is served, for now, by workers whose receiver de-duplicates. Nobody dies
+    # here, so no lease may run out either: with the fixture's 2 s lease a slow machine let one
+    # expire mid-batch, and a receiver that de-duplicates is sent its rows again, as designed
+    replicas = [sender("--until-idle", "--lease", "60", name=f"r{i}", protocol=protocol,
                        idempotent=protocol == "leases") for i in range(3)]
     assert [p.wait(timeout=120) for p in replicas] == [0, 0, 0]
     keys = smtp_server.handler.keys()
