@@ -204,7 +204,9 @@ UPDATE growth_sends s
  WHERE s.id = ANY(%(ids)s::bigint[])
    AND s.id = r.id
    AND s.campaign_id = c.id
-   AND ((s.id = ANY(coalesce((SELECT send_ids FROM ended), '{}'))
+   -- IN, a hashed subplan: = ANY of the lease's array compared each row with all 500 of its
+   -- ids (a fifth of a batch's settle)
+   AND ((s.id IN (SELECT unnest(send_ids) FROM ended)
          AND s.status = 'queued' COLLATE "C")
         OR (r.outcome = 'sent' AND s.status = 'unknown' COLLATE "C"
             AND s.claimed_by = 'lease ' || %(lease_id)s))
