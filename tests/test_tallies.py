@@ -164,7 +164,7 @@ def test_two_workers_sending_one_campaign_leave_tallies_equal_to_the_rows_and_fo
     campaign = sending_campaign(count=600)
 
     concurrently(2, lambda i: run_worker(transport=NullTransport(), worker_id=f"w{i}",
-                                         batch_size=25, connections=2))
+                                         batch_size=25))
     assert Campaign.objects.progress([campaign.pk]) == {campaign.pk: {"sent": 600}}
     assert not SendTally.objects.differences([campaign.pk])
     # 24 batches, each claimed and settled (and handed over): the workers' housekeeping folds

@@ -107,9 +107,10 @@ class Console:
 
     def started(self, *, transport: BaseTransport, batch_size: int, lease: float,
                 idempotent: bool, connections: int = 1) -> None:
-        logger.info("worker %s started (batch %d, lease %.0fs, %s receiver, %s, %d connection%s)",
+        logger.info("worker %s started (batch %d, lease %.0fs, %s receiver, %s, %d connection%s%s)",
                     self.worker_id, batch_size, lease, "idempotent" if idempotent else "plain",
                     transport.label, connections, "" if connections == 1 else "s",
+                    "" if transport.waits_on_a_wire else ": it waits on no network",
                     extra={"worker_id": self.worker_id})
         sink = local_sink(transport)
         if sink:

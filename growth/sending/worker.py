@@ -197,7 +197,8 @@ class Worker:
                 "Idempotency-Key (SENDER_IDEMPOTENT_TRANSPORT): a plain receiver's chunks are "
                 "not handed over through leases yet")
         self._skipped_lease_campaigns: set[int] = set()
-        self.connections = connections or settings.SENDER_CONNECTIONS
+        self.connections = ((connections or settings.SENDER_CONNECTIONS)
+                            if self.transport.waits_on_a_wire else 1)
         self._wires = Wires(self.transport, self.connections)
         # plain, on several wires: their hand-overs committed together (one wire: on its own)
         self._hand_overs = (HandOvers(Send.objects.settle_and_hand_over_many)

@@ -54,6 +54,10 @@ class BaseTransport:
     idempotent: bool | None = None
     receiver_declares_idempotent: bool = False
     idempotency_window: float | None = None  # seconds; None: for ever, or not known
+    # it waits on a network (a relay's, an ESP's answers): a worker's connections overlap those
+    # waits. One that does not (the null transport; Django's console, file and in-memory
+    # backends) gets one connection: more would only take turns on the GIL.
+    waits_on_a_wire: bool = True
 
     @property
     def label(self) -> str:

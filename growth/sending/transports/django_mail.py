@@ -19,6 +19,9 @@ logger = logging.getLogger(__name__)
 
 # anymail statuses that mean the provider will not deliver the message
 _ANYMAIL_REFUSED = {"rejected", "invalid", "failed"}
+# Django's backends that write where they run, on no network
+LOCAL_BACKENDS = {f"django.core.mail.backends.{name}"
+                  for name in ("console", "filebased", "locmem", "dummy")}
 
 
 class DjangoMailTransport(BaseTransport):
@@ -47,6 +50,8 @@ class DjangoMailTransport(BaseTransport):
         self.idempotent = idempotent
         self.receiver_declares_idempotent = getattr(backend_class, "idempotent_receiver", False)
         self.idempotency_window = getattr(backend_class, "idempotency_window", None)
+        self.waits_on_a_wire = getattr(backend_class, "waits_on_a_wire",
+                                       backend_class.__module__ not in LOCAL_BACKENDS)
         self._label = f"django_mail:{backend_class.__module__}.{backend_class.__name__}"
 
     @property

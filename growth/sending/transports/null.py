@@ -9,6 +9,7 @@ class NullTransport(BaseTransport):
     """Render every message to bytes, send nothing: the engine's own cost, for benchmarks."""
 
     idempotent = True
+    waits_on_a_wire = False
 
     def send_bulk(self, deliveries: Sequence[Delivery]) -> list[Outcome]:
         outcomes = []
