@@ -96,13 +96,14 @@ def ceiling_cost(*, audience, batch_size: int, hand_over: bool) -> dict:
 
 
 def spy(*, audience, batch_size: int, out: Path, rate: int = 250, name: str = "null",
-        env: dict[str, str] | None = None) -> dict:
+        env: dict[str, str] | None = None, leases: bool = False) -> dict:
     """Profile one run_sender over the audience; return the summary (and write the raw stacks).
 
-    ``env`` overrides the worker's environment (default: the null transport).
+    ``env`` overrides the worker's environment (default: the null transport); ``leases``: the
+    campaign built for the lease protocol.
     """
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    campaign_id = data.built_and_paused(audience)
+    campaign_id = data.built_and_paused(audience, leases=leases)
     senders = engine.start_senders(
         1, env=engine.sender_env(**(env or {"SENDER_TRANSPORT": engine.NULL})), log_dir=out / "logs",
         args=["--batch-size", str(batch_size), "--tick", str(engine.POLL)],
