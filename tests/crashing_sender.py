@@ -52,6 +52,10 @@ def main() -> None:
         sends.SendManager.settle_and_hand_over_many = lambda self, requests: (
             die() if any(request.outcomes for request in requests)
             else real_hand_overs(self, requests))
+        real_lease_hand_overs = leases.LeaseManager.settle_and_hand_over_many
+        leases.LeaseManager.settle_and_hand_over_many = lambda self, requests: (
+            die() if any(request.settle for request in requests)
+            else real_lease_hand_overs(self, requests))
     else:
         raise SystemExit(f"unknown point {point!r}")
     call_command("run_sender", *options)

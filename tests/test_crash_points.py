@@ -68,16 +68,19 @@ def test_killed_between_claim_and_send_nothing_is_in_doubt(smtp_server, idempote
     assert set(Send.objects.values_list("attempts", flat=True)) == expected
 
 
-def test_killed_between_send_and_settle_plain_receiver_holds_the_chunk_as_unknown(smtp_server):
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+def test_killed_between_send_and_settle_plain_receiver_holds_the_chunk_as_unknown(smtp_server,
+                                                                                  protocol):
     campaign = approved_campaign(count=25)
-    crash_at("after-send", smtp_server, False, "--connections", "1")
-    restart(smtp_server)
+    crash_at("after-send", smtp_server, False, "--connections", "1", protocol=protocol)
+    restart(smtp_server, protocol=protocol)
     counts = statuses(campaign)
     assert counts == {"unknown": CHUNK, "sent": 25 - CHUNK}
     keys = smtp_server.handler.keys()
     assert len(keys) == 25 and set(keys.values()) == {1}  # the unknown ones did arrive, once
     unknown = set(Send.objects.filter(status="unknown").values_list("job_id", flat=True))
     assert unknown <= set(keys)
+    assert not SendLease.objects.exists()
 
 
 def test_killed_between_send_and_settle_on_many_connections_leaves_one_chunk_each_in_doubt(
@@ -99,6 +102,28 @@ def test_killed_between_send_and_settle_on_many_connections_leaves_one_chunk_eac
     unknown = set(Send.objects.filter(status="unknown").values_list("job_id", flat=True))
     sent = set(Send.objects.filter(status="sent").values_list("job_id", flat=True))
     assert sent <= set(keys) <= sent | unknown  # in doubt: arrived or not, never resent
+
+
+def test_killed_between_send_and_settle_on_leases_on_many_connections_leaves_one_lease_each_in_doubt(
+        smtp_server):
+    """The lease protocol, a plain receiver on three connections: each wire's chunk is a lease
+    of its own, handed over before it goes out. At the first settle at most the three leases on
+    the wires can have gone out: their rows end 'unknown', the rest are sent once."""
+    campaign = approved_campaign(count=40)
+    crash_at("after-send", smtp_server, False, "--connections", "3", "--batch-size", "30",
+             protocol="leases")
+    handed = list(SendLease.objects.filter(handed_over_at__isnull=False))
+    in_doubt = sum(len(lease.send_ids) for lease in handed)
+    assert 1 <= len(handed) <= 3 and in_doubt == CHUNK * len(handed)
+    assert statuses(campaign) == {"queued": 40}  # the claims wrote no send row
+    restart(smtp_server, protocol="leases")
+    assert statuses(campaign) == {"unknown": in_doubt, "sent": 40 - in_doubt}
+    keys = smtp_server.handler.keys()
+    assert set(keys.values()) == {1}  # none twice
+    unknown = set(Send.objects.filter(status="unknown").values_list("job_id", flat=True))
+    sent = set(Send.objects.filter(status="sent").values_list("job_id", flat=True))
+    assert sent <= set(keys) <= sent | unknown  # in doubt: arrived or not, never resent
+    assert not SendLease.objects.exists()
 
 
 @pytest.mark.parametrize("protocol", ["rows", "leases"])
@@ -131,15 +156,21 @@ def test_two_workers_started_at_the_same_instant_start_and_build_once(smtp_setti
     assert campaign.status == Campaign.Status.SENDING
 
 
-def test_killed_between_claim_and_send_on_leases_the_lease_is_taken_over_whole(smtp_server):
-    """The lease protocol, a receiver that de-duplicates: the claim wrote no send row, so the
-    crash leaves them queued in a lease; on expiry it is freed and taken over whole, and each row
-    is written once, by the settle of the claim that sent it."""
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
+def test_killed_between_claim_and_send_on_leases_the_lease_is_taken_over_whole(smtp_server,
+                                                                               idempotent):
+    """The lease protocol: the claim wrote no send row, so the crash leaves them queued in its
+    leases (one, or a plain receiver's chunks), never handed over; on expiry each is freed and
+    taken over whole, and each row is written once, by the settle of the claim that sent it."""
     campaign = approved_campaign(count=25)
-    crash_at("after-claim", smtp_server, True, protocol="leases")
+    crash_at("after-claim", smtp_server, idempotent, protocol="leases")
     assert statuses(campaign) == {"queued": 25}
-    assert SendLease.objects.get().takeovers == 0 and SendCursor.objects.get().claimed_to > 0
-    restart(smtp_server, True, protocol="leases")
+    leases = list(SendLease.objects.all())
+    assert len(leases) == (1 if idempotent else 10 // CHUNK)
+    assert {lease.takeovers for lease in leases} == {0}
+    assert sum(len(lease.send_ids) for lease in leases) == 10
+    assert SendCursor.objects.get().claimed_to > 0
+    restart(smtp_server, idempotent, protocol="leases")
     assert statuses(campaign) == {"sent": 25} and not SendLease.objects.exists()
     keys = smtp_server.handler.keys()
     assert len(keys) == 25 and set(keys.values()) == {1}

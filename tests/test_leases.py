@@ -14,7 +14,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from growth.managers.leases import SUPPRESSED, Lease, Pacing
+from growth.managers.leases import SUPPRESSED, Lease, LeaseHandOver, Pacing
 from growth.models import (
     Campaign,
     Destination,
@@ -247,6 +247,33 @@ def test_a_claim_cut_into_chunks_gives_each_its_lease_handed_over_and_settled_on
     assert SendLease.objects.count() == 2
     _settle(second), _settle(last)
     assert not _queued(campaign)
+
+
+def test_wires_settle_and_hand_over_in_one_commit_and_a_lease_no_longer_ours_is_not_handed():
+    campaign = leased_campaign(count=9)
+    first, second, third = _claim_leases(campaign, batch_size=9, chunk_size=3)
+    policy = {"campaign_id": campaign.id, "worker_id": "w", "throttle_delay": 1.0, **POLICY,
+              "attempts": {row.id: row.attempts for lease in (first, second, third)
+                           for row in lease.rows}}
+    # two wires' first hand-overs, in one commit
+    (_, handed_first), (_, handed_second) = SendLease.objects.settle_and_hand_over_many([
+        LeaseHandOver([], first.id, policy), LeaseHandOver([], second.id, policy)])
+    assert handed_first == {row.id: "sending" for row in first.rows}
+    assert set(handed_second) == {row.id for row in second.rows}
+    # the third lease was taken over meanwhile: not ours, so not handed over (nothing of it is
+    # sent); the first wire's settle in the same commit still writes its rows
+    SendLease.objects.filter(id=third.id).update(worker_id="someone else")
+    outcomes = [Outcome(row.id, Outcome.SENT) for row in first.rows]
+    ((settled, handed),) = SendLease.objects.settle_and_hand_over_many([
+        LeaseHandOver([(first.id, outcomes)], third.id, policy)])
+    assert settled == {row.id: "sent" for row in first.rows} and handed == {}
+    assert SendLease.objects.get(id=third.id).handed_over_at is None
+    # the second wire's last settle: no lease to hand over
+    ((settled, handed),) = SendLease.objects.settle_and_hand_over_many([
+        LeaseHandOver([(second.id, [Outcome(row.id, Outcome.SENT) for row in second.rows])],
+                      None, policy)])
+    assert settled == {row.id: "sent" for row in second.rows} and handed == {}
+    assert set(SendLease.objects.values_list("id", flat=True)) == {third.id}
 
 
 @pytest.mark.parametrize("idempotent, handed, cancelled, becomes", [

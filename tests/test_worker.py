@@ -26,11 +26,9 @@ def quick_retries(settings):
 
 @pytest.fixture(params=["rows", "leases"])
 def protocol(request, settings) -> str:
-    """The send protocol of the campaigns the worker builds (the lease protocol's, for now,
-    served by a receiver that de-duplicates: tests/test_worker_leases.py)."""
+    """The send protocol of the campaigns the worker builds (tests/test_worker_leases.py: what
+    is the lease protocol's own)."""
     settings.SENDER_PROTOCOL = request.param
-    if request.param == "leases":
-        settings.SENDER_IDEMPOTENT_TRANSPORT = True
     return request.param
 
 
@@ -63,7 +61,7 @@ def test_a_4xx_is_retried_later_with_the_same_message_id(smtp_settings, protocol
     assert len(tries) == 3 and len(set(tries)) == 1
 
 
-def test_a_throttle_is_retried_without_an_attempt_and_slows_that_provider_only(smtp_settings,
+def test_a_throttle_is_retried_without_an_attempt_and_slows_that_provider_only(smtp_settings, protocol,
                                                                               settings):
     settings.SENDER_THROTTLE_EVERY, settings.SENDER_THROTTLE_FLOOR = 0.05, 20.0
     campaign = approved_campaign(count=3)
@@ -82,7 +80,7 @@ def test_a_throttle_is_retried_without_an_attempt_and_slows_that_provider_only(s
 
 
 @pytest.mark.parametrize("connections", [1, 4])
-def test_a_worker_keeps_one_chunk_on_each_of_its_connections(smtp_settings, settings, connections):
+def test_a_worker_keeps_one_chunk_on_each_of_its_connections(smtp_settings, settings, connections, protocol):
     settings.SENDER_HANDOFF_CHUNK = 2
     smtp_settings.handler.delay = 0.05  # a relay that takes its time to answer
     campaign = approved_campaign(count=24)
@@ -93,7 +91,7 @@ def test_a_worker_keeps_one_chunk_on_each_of_its_connections(smtp_settings, sett
     assert smtp_settings.handler.most_at_once == connections
 
 
-def test_a_5xx_fails_the_row_with_the_error_and_the_campaign_still_finishes(smtp_settings):
+def test_a_5xx_fails_the_row_with_the_error_and_the_campaign_still_finishes(smtp_settings, protocol):
     campaign = approved_campaign(count=3)
     smtp_settings.handler.replies = {"person2@example.com": ["550 5.1.1 mailbox unknown"]}
     run_worker()
@@ -131,7 +129,7 @@ def test_an_opt_out_during_the_send_is_honoured(smtp_settings, protocol):
     assert all(a.recipient != late for a in smtp_settings.handler.accepted)
 
 
-def test_a_paused_campaign_waits_and_resumes(smtp_settings):
+def test_a_paused_campaign_waits_and_resumes(smtp_settings, protocol):
     campaign = approved_campaign(count=20)
 
     run_worker(transport=pausing_once(campaign))  # until-idle: a paused campaign is not work
@@ -145,7 +143,7 @@ def test_a_paused_campaign_waits_and_resumes(smtp_settings):
     assert len(smtp_settings.handler.keys()) == 20
 
 
-def test_a_lost_database_connection_is_survived_without_losing_a_settle(smtp_settings):
+def test_a_lost_database_connection_is_survived_without_losing_a_settle(smtp_settings, protocol):
     campaign = approved_campaign(count=21)
 
     class KillMyConnection(DjangoMailTransport):
@@ -183,7 +181,7 @@ def test_until_idle_waits_for_a_backoff_but_not_for_a_future_campaign(smtp_setti
     assert later.status == "approved"
 
 
-def test_stop_ends_the_loop_after_the_batch_in_hand(smtp_settings):
+def test_stop_ends_the_loop_after_the_batch_in_hand(smtp_settings, protocol):
     campaign = approved_campaign(count=50)
 
     class StopAfterFirstBatch(DjangoMailTransport):
@@ -198,7 +196,7 @@ def test_stop_ends_the_loop_after_the_batch_in_hand(smtp_settings):
     assert sent in (7, 14) and statuses(campaign) == {"sent": sent, "queued": 50 - sent}
 
 
-def test_a_hard_bounce_suppresses_the_address_for_that_tenant_only(smtp_settings, other_tenant):
+def test_a_hard_bounce_suppresses_the_address_for_that_tenant_only(smtp_settings, other_tenant, protocol):
     campaign = approved_campaign(count=4)
     elsewhere = SubscriberFactory(segment__account=other_tenant, email="person1@example.com")
     smtp_settings.handler.replies = {"person1@example.com": ["550 5.1.1 No such user"],

@@ -2,8 +2,9 @@
 cursor, each row written once, by the settle that ends its lease.
 
 A campaign built with SENDER_PROTOCOL=leases runs on these (it has a cursor); the others on the
-row protocol (sends.sql). For now only workers whose receiver de-duplicates serve them: a plain
-receiver's chunk-by-chunk hand-overs are the rest of docs/one-write-per-recipient.md's plan.
+row protocol (sends.sql). A receiver that de-duplicates takes a claim as one lease, handed over
+by the claim; a plain receiver's wires take it in leases of a chunk each, each handed over in a
+commit of its own (settle_and_hand_over_many) before its rows go out.
 Checked by tests/test_leases.py, tests/test_worker_leases.py and, on copies of these tables,
 tests/test_lease_protocol_stateful.py; measured by the bench (direction i, and the engine on
 leases).
@@ -49,6 +50,17 @@ class Pacing:
 
 
 UNPACED = Pacing(shares={}, scan=0)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHandOver:
+    """A plain receiver's wire: the next lease to hand over (None: none, the wire is done), with
+    the leases it answered since its last hand-over, each with its outcomes, to settle in the
+    same commit. ``policy``: ``settle``'s keywords, worker_id included."""
+
+    settle: Sequence[tuple[int, Sequence[Outcome]]]
+    hand_over: int | None
+    policy: Mapping[str, object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +112,7 @@ class LeaseManager(models.Manager):
         """Stamp the lease handed over before its rows go on a wire; return {id: 'sending' (send
         it) | 'suppressed' (an opt-out: do not)}. Empty: the lease is no longer this claim's,
         and nothing of it may be sent. Its commit waits for the disk."""
-        rows = QUERIES.rows("hand_over", lease_id=lease_id, worker_id=worker_id)
-        return {row["id"]: SUPPRESSED if row["blocked"] else "sending" for row in rows}
+        return _handed(QUERIES.rows("hand_over", lease_id=lease_id, worker_id=worker_id))
 
     def settle(self, lease_id: int, outcomes: Sequence[Outcome], *, campaign_id: int,
                worker_id: str, attempts: Mapping[int, int], idempotent: bool, retry_for: float,
@@ -127,6 +138,30 @@ class LeaseManager(models.Manager):
                             wait_for_flush=False, **params)
         return {row["id"]: row["status"] for row in rows}
 
+    def settle_and_hand_over_many(self, requests: Sequence[LeaseHandOver]
+                                  ) -> list[tuple[dict[int, str], dict[int, str]]]:
+        """Several plain wires' settles and hand-overs in one round trip and one commit, waiting
+        for the disk (a lease is handed over only once that commit is on it); for each request,
+        what its settles returned and what ``hand_over`` returned. Their leases are disjoint:
+        each wire holds its own."""
+        calls = []
+        for request in requests:
+            for lease_id, outcomes in request.settle:
+                calls.append(("settle", {**settle_params(outcomes, **request.policy),
+                                         "lease_id": lease_id, "idempotent": False}))
+            if request.hand_over is not None:
+                calls.append(("hand_over", {"lease_id": request.hand_over,
+                                            "worker_id": request.policy["worker_id"]}))
+        # not prepared, as settle (a generic plan was slower)
+        results = iter(QUERIES.together(*calls, prepare=False))
+        answers = []
+        for request in requests:
+            settled = {row["id"]: row["status"]
+                       for _ in request.settle for row in next(results)}
+            handed = _handed(next(results)) if request.hand_over is not None else {}
+            answers.append((settled, handed))
+        return answers
+
     def release(self, lease_id: int, *, campaign_id: int, worker_id: str,
                 idempotent: bool) -> Released:
         """Give back a lease this worker will not send: freed for a take-over, or, in a
@@ -140,3 +175,8 @@ class LeaseManager(models.Manager):
         """Free or end the leases whose worker died or stalled past their expiry."""
         return Recovery.from_row(QUERIES.one("recover", idempotent=idempotent,
                                              max_attempts=max_attempts, limit=limit))
+
+
+def _handed(rows: Sequence[Mapping[str, object]]) -> dict[int, str]:
+    """hand_over's rows as {send id: 'sending' (send it) | 'suppressed' (an opt-out: do not)}."""
+    return {row["id"]: SUPPRESSED if row["blocked"] else "sending" for row in rows}

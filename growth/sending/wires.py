@@ -12,7 +12,8 @@ Threads, not asyncio: transports are blocking clients (smtplib, Django's email b
 HTTP clients), and a thread waiting on its socket or its database does not hold the GIL.
 
 A worker therefore holds up to C + 3 database connections (its loop, its settler, its hand-overs,
-its lanes: a lane settles its last chunk of a batch on its own):
+its lanes: a lane settles its last chunk of a batch on its own), C + 4 while it serves campaigns
+of both send protocols (each protocol's hand-overs commit on a thread of their own):
 with many workers, put PgBouncer in front of PostgreSQL (the engine runs under transaction
 pooling). With one lane there are no threads at all: the work runs on the caller's thread.
 """

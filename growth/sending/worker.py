@@ -29,8 +29,8 @@ two batches in hand: a stop or a pause lets both finish).
 
 Each campaign runs on the protocol it was built with (SENDER_PROTOCOL): the row protocol above,
 or the lease protocol (``growth.managers.leases``: a lease per batch behind the campaign's
-cursor, each row written once, by the settle that ends the lease), which for now only a worker
-whose receiver de-duplicates serves.
+cursor, each row written once, by the settle that ends the lease). On leases a plain receiver's
+chunks are leases of their own, each handed over, sent and settled as a row chunk is.
 """
 
 from __future__ import annotations
@@ -50,14 +50,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connection
 
 from growth.audience.destinations import classify_recipient_domains
 from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
-from growth.managers.leases import SUPPRESSED, Lease
+from growth.managers.leases import SUPPRESSED, Lease, LeaseHandOver
 from growth.managers.queries import discard_connection
 from growth.managers.sends import Claimed, HandOver
 from growth.models import Campaign, Send, SendLease, SendTally, Suppression, WorkerHeartbeat
@@ -191,18 +190,14 @@ class Worker:
         # the protocol of the campaigns it builds (docs/one-write-per-recipient.md); it serves
         # each campaign on the protocol that campaign was built with
         self.builds_leases = settings.SENDER_PROTOCOL == "leases"
-        if self.builds_leases and not self.idempotent:
-            raise ImproperlyConfigured(
-                "SENDER_PROTOCOL=leases needs, for now, a receiver that de-duplicates on the "
-                "Idempotency-Key (SENDER_IDEMPOTENT_TRANSPORT): a plain receiver's chunks are "
-                "not handed over through leases yet")
-        self._skipped_lease_campaigns: set[int] = set()
         self.connections = ((connections or settings.SENDER_CONNECTIONS)
                             if self.transport.waits_on_a_wire else 1)
         self._wires = Wires(self.transport, self.connections)
         # plain, on several wires: their hand-overs committed together (one wire: on its own)
         self._hand_overs = (HandOvers(Send.objects.settle_and_hand_over_many)
                             if self.connections > 1 else None)
+        self._lease_hand_overs = (HandOvers(SendLease.objects.settle_and_hand_over_many)
+                                  if self.connections > 1 else None)
         # plain: small chunks, each handed over just before its wire takes it (idempotent: the
         # batch is shared out between the connections, see _deliver_at_once)
         self.chunk_size = settings.SENDER_HANDOFF_CHUNK
@@ -246,8 +241,9 @@ class Worker:
             self._retrying_db(SendTally.objects.fold, deadline=time.monotonic() + DB_RETRY_FIRST,
                               lost="the deltas wait for another worker's fold")
             self._wires.close()  # every connection, self.transport's included
-            if self._hand_overs is not None:
-                self._hand_overs.close()
+            for hand_overs in (self._hand_overs, self._lease_hand_overs):
+                if hand_overs is not None:
+                    hand_overs.close()
             self._retrying_db(lambda: WorkerHeartbeat.objects.stopped(worker_id=self.worker_id),
                               deadline=time.monotonic() + DB_RETRY_FIRST,
                               lost="the heartbeat is left to go stale")
@@ -345,9 +341,6 @@ class Worker:
         sending = Campaign.objects.sending()
         self._console.sending([campaign.campaign_id for campaign in sending])
         for campaign in self._in_turn(sending):
-            if campaign.leases and not self.idempotent:
-                self._skip_lease_campaign(campaign.campaign_id)
-                continue
             try:
                 with metrics.STATEMENT_SECONDS.labels("claim").time():
                     claim = self._pacer.claim(campaign, worker_id=self.worker_id,
@@ -370,22 +363,16 @@ class Worker:
                          leases=claim.leases)
         return None
 
-    def _skip_lease_campaign(self, campaign_id: int) -> None:
-        if campaign_id not in self._skipped_lease_campaigns:
-            self._skipped_lease_campaigns.add(campaign_id)
-            logger.warning("campaign %s runs on the lease protocol, which this worker's plain "
-                           "receiver cannot serve yet: left to workers whose receiver "
-                           "de-duplicates", campaign_id,
-                           extra={"campaign_id": campaign_id, "worker_id": self.worker_id})
-
     def _deliver(self, batch: Batch) -> Delivering:
         """Put the batch on the worker's connections (``growth.sending.wires``); ``_land``
         settles what they answered."""
-        if not batch.to_send:
-            return _nothing_to_deliver(batch)
+        if not batch.to_send and (self.idempotent or not batch.leases):
+            return _nothing_to_deliver(batch)  # a lease's is settled when it lands
         renderer = self._renderer(batch.campaign_id)  # what fails here fails the whole campaign
         if self.idempotent:
             return self._deliver_at_once(batch, renderer)
+        if batch.leases:
+            return self._deliver_lease_by_lease(batch, renderer)
         return self._deliver_chunk_by_chunk(batch, renderer)
 
     def _deliver_at_once(self, batch: Batch, renderer: CampaignRenderer) -> Delivering:
@@ -466,6 +453,64 @@ class Worker:
         return self._send(transport, [d for d in deliveries
                                       if handed.get(d.send_id) == Send.Status.SENDING])
 
+    def _deliver_lease_by_lease(self, batch: Batch, renderer: CampaignRenderer) -> Delivering:
+        """Plain receiver, on the lease protocol: the claim cut the batch into leases of a chunk
+        each, and every wire takes them one at a time, as ``_deliver_chunk_by_chunk`` takes row
+        chunks: it renders one, hands it over in the commit that settles the leases it answered
+        since, and sends it (``_lease_on_a_wire``); at most one lease per connection is handed
+        over and unsettled at any time."""
+        leases: queue.SimpleQueue[Lease] = queue.SimpleQueue()
+        for lease in batch.leases:
+            leases.put(lease)
+        broken = threading.Event()  # a transport raised: no wire takes another lease
+        delivering = Delivering(batch, [])
+
+        def take_leases(transport: BaseTransport) -> None:
+            answered: list[tuple[Lease, list[Outcome]]] = []  # settled with the next hand-over
+            try:
+                while not broken.is_set():
+                    try:
+                        lease = leases.get_nowait()
+                    except queue.Empty:
+                        break
+                    answered = self._lease_on_a_wire(transport, batch, renderer, lease, answered)
+            except BaseException:
+                broken.set()  # what is on the other wires still settles; the rest stays
+                raise
+            finally:
+                delivering.dealt.set()
+                if answered:
+                    self._settle(batch, [o for _, outcomes in answered for o in outcomes],
+                                 leases=[lease for lease, _ in answered])
+
+        delivering.wires = [self._wires.run(take_leases)
+                            for _ in range(min(self._wires.count, leases.qsize()))]
+        return delivering
+
+    def _lease_on_a_wire(self, transport: BaseTransport, batch: Batch,
+                         renderer: CampaignRenderer, lease: Lease,
+                         answered: list[tuple[Lease, list[Outcome]]]
+                         ) -> list[tuple[Lease, list[Outcome]]]:
+        """On a wire's thread and database connection: render the lease's rows, hand it over
+        (committed before the transport sees it, with the settles of the leases this wire
+        ``answered``), send it; return what is left to settle: this lease with its outcomes."""
+        rows = [row for row in lease.rows if row.status == Send.Status.SENDING]
+        deliveries, unrenderable = self._render(renderer, rows)
+        if not deliveries:  # nothing of it goes out: settled with what the wire does next
+            return [*answered, (lease, unrenderable)]
+        handed = self._retrying_db(lambda: self._hand_over_lease(batch, answered, lease),
+                                   deadline=time.monotonic() + self.lease)
+        if not handed:
+            # no database for a whole lease (its rows in doubt as after a crash, on expiry), or
+            # the lease is no longer ours: nothing of it is sent, and it is not ours to settle
+            return []
+        # the rows an opt-out now blocks (those the claim found are withheld already)
+        withheld = {d.send_id for d in deliveries if handed.get(d.send_id) != Send.Status.SENDING}
+        batch.withheld.update(withheld)
+        batch.tally.add(dict.fromkeys(withheld, SUPPRESSED))
+        return [(lease, unrenderable + self._send(transport, [d for d in deliveries
+                                                              if d.send_id not in withheld]))]
+
     def _render_and_send(self, transport: BaseTransport, renderer: CampaignRenderer,
                          rows: Sequence[Claimed]) -> list[Outcome]:
         """On a wire's thread: render a share of the batch and send it; its outcomes."""
@@ -515,12 +560,16 @@ class Worker:
     def _report(self, batch: Batch) -> None:
         self._settler.submit(lambda: batch.tally.report(self.worker_id, self.transport.label))
 
-    def _settle(self, batch: Batch, outcomes: Sequence[Outcome], *, always: bool = False) -> None:
-        if outcomes or always:
-            self._settler.submit(lambda: self._settled(batch, outcomes))
+    def _settle(self, batch: Batch, outcomes: Sequence[Outcome], *, always: bool = False,
+                leases: Sequence[Lease] | None = None) -> None:
+        """Settle outcomes of the batch (on the lease protocol: ``leases``, or all of the
+        batch's; a lease is settled even without outcomes)."""
+        if outcomes or always or leases:
+            self._settler.submit(lambda: self._settled(batch, outcomes, leases))
 
-    def _settled(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
-        self._after_settle(batch, outcomes, self._record(batch, outcomes))
+    def _settled(self, batch: Batch, outcomes: Sequence[Outcome],
+                 leases: Sequence[Lease] | None = None) -> None:
+        self._after_settle(batch, outcomes, self._record(batch, outcomes, leases))
 
     def _after_settle(self, batch: Batch, outcomes: Sequence[Outcome],
                       settled: dict[int, str]) -> None:
@@ -653,28 +702,47 @@ class Worker:
         return {i: handed.get(i, Send.Status.SENDING) for i in ids
                 if i in handed or i not in blocked}
 
-    def _record(self, batch: Batch, outcomes: Sequence[Outcome]) -> dict[int, str]:
+    def _record(self, batch: Batch, outcomes: Sequence[Outcome],
+                leases: Sequence[Lease] | None = None) -> dict[int, str]:
         """Settle outcomes in the database; retried through an outage for as long as the lease
         lasts (past it, the rows are recovered as after a crash)."""
         def settle() -> dict[int, str]:
             with metrics.STATEMENT_SECONDS.labels("settle").time():
                 if batch.leases:
-                    return self._settle_leases(batch, outcomes)
+                    return self._settle_leases(batch, outcomes, leases or batch.leases)
                 return Send.objects.settle(outcomes, **self._settle_policy(batch))
 
         return self._retrying_db(settle, deadline=time.monotonic() + self.lease) or {}
 
-    def _settle_leases(self, batch: Batch, outcomes: Sequence[Outcome]) -> dict[int, str]:
-        """End each of the batch's leases, naming its withheld rows suppressed; return what the
-        answered rows became (the withheld ones were counted when they were found)."""
+    def _settle_leases(self, batch: Batch, outcomes: Sequence[Outcome],
+                       leases: Sequence[Lease]) -> dict[int, str]:
+        """End each of these leases of the batch; return what the answered rows became (the
+        withheld ones were counted when they were found)."""
         settled: dict[int, str] = {}
-        for lease in batch.leases:
-            ids = {row.id for row in lease.rows}
-            named = [o for o in outcomes if o.send_id in ids] + [
-                Outcome(i, SUPPRESSED) for i in sorted(ids & batch.withheld)]
-            settled.update(SendLease.objects.settle(lease.id, named, idempotent=self.idempotent,
+        for lease in leases:
+            settled.update(SendLease.objects.settle(lease.id, _named(batch, lease, outcomes),
+                                                    idempotent=self.idempotent,
                                                     **self._settle_policy(batch)))
         return {i: status for i, status in settled.items() if i not in batch.withheld}
+
+    def _hand_over_lease(self, batch: Batch, answered: Sequence[tuple[Lease, list[Outcome]]],
+                         lease: Lease) -> dict[int, str]:
+        """Plain receiver, on leases: hand over a wire's next lease, settling the leases it
+        answered since in the same commit, which the other wires' waiting hand-overs share;
+        return the hand-over's {send id: 'sending' | 'suppressed'} (empty: no longer ours)."""
+        request = LeaseHandOver([(done.id, _named(batch, done, outcomes))
+                                 for done, outcomes in answered], lease.id,
+                                self._settle_policy(batch))
+        label = "settle_and_hand_over" if answered else "hand_over"
+        with metrics.STATEMENT_SECONDS.labels(label).time():
+            if self._lease_hand_overs is None:
+                ((settled, handed),) = SendLease.objects.settle_and_hand_over_many([request])
+            else:
+                settled, handed = self._lease_hand_overs.submit(request)
+        if answered:
+            self._after_settle(batch, [o for _, outcomes in answered for o in outcomes],
+                               {i: s for i, s in settled.items() if i not in batch.withheld})
+        return handed
 
     def _hand_over_chunk(self, batch: Batch, answered: Sequence[Outcome],
                          ids: Sequence[int]) -> dict[int, str]:
@@ -753,6 +821,14 @@ class Worker:
                 if self._stop.wait(delay) and deadline is None:
                     return default
                 delay = min(delay * 2, DB_RETRY_MAX)
+
+
+def _named(batch: Batch, lease: Lease, outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """The outcomes of the lease's rows, its withheld rows named suppressed: what its settle
+    writes (a row of it without one is judged as recovery would)."""
+    ids = {row.id for row in lease.rows}
+    return [o for o in outcomes if o.send_id in ids] + [
+        Outcome(i, SUPPRESSED) for i in sorted(ids & batch.withheld)]
 
 
 def _nothing_to_deliver(batch: Batch) -> Delivering:
