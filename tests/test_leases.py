@@ -159,10 +159,24 @@ def test_an_opt_out_found_by_the_claim_or_the_hand_over_is_written_suppressed_an
     handed = SendLease.objects.hand_over(lease.id, worker_id="w")
     assert handed == {first: SUPPRESSED, second: SUPPRESSED, third: "sending"}
     assert SendLease.objects.get(id=lease.id).handed_over_at is not None
+    # written by the hand-over: a crash before the settle leaves them suppressed, not in doubt
+    assert _rows(campaign) == {first: ("suppressed", 0), second: ("suppressed", 0),
+                               third: ("queued", 0)}
     settled = _settle(lease, {second: SUPPRESSED})
-    assert settled == {first: "suppressed", second: "suppressed", third: "sent"}
+    assert settled == {third: "sent"}
     assert _rows(campaign) == {first: ("suppressed", 0), second: ("suppressed", 0),
                                third: ("sent", 1)}
+
+
+def test_a_plain_receivers_lease_recovered_after_its_hand_over_leaves_its_opt_outs_suppressed():
+    campaign = leased_campaign(count=2)
+    blocked, sent = sorted(_rows(campaign))
+    lease = _claim(campaign, worker="dead")
+    _opt_out(campaign, blocked)
+    SendLease.objects.hand_over(lease.id, worker_id="dead")
+    _expire(lease.id)
+    assert SendLease.objects.recover(idempotent=False, max_attempts=5).unknown == 1
+    assert _rows(campaign) == {blocked: ("suppressed", 0), sent: ("unknown", 0)}
 
 
 def test_a_dead_workers_lease_is_taken_over_whole_and_its_late_settle_writes_nothing():

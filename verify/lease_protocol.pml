@@ -29,7 +29,8 @@
  *   P2 no row is 'sent' without a delivery (or an operator's "mark delivered")
  *   P3 no delivery to an address whose opt-out committed before the row's last check before
  *      the wire (the hand-over, plain; the `blocked` read, idempotent)
- *   P4 the leases are disjoint, a row in a lease is 'queued', a row due again (a retry, an
+ *   P4 the leases are disjoint, a row in a lease is 'queued' (or 'suppressed' by its plain
+ *      hand-over), a row due again (a retry, an
  *      operator's requeue, a paced row set aside) is in none, and a 'queued' row is in one of
  *      them or past the cursor: where a claim finds it (the cursor's lock and the settle's
  *      compare-and-set are what make a lease a claim)
@@ -180,7 +181,8 @@ inline properties() {
        :: j < LEASES ->
           if
           :: l_live[j] && IN(j, k) -> c++;
-             assert(status[k] == QUEUED)                                     /* P4 */
+             assert(status[k] == QUEUED ||                                   /* P4 */
+                    (status[k] == SUPPRESSED && l_handed[j]))
           :: else -> skip
           fi;
           j++
@@ -461,9 +463,10 @@ end_idle:
         printf("W%d blocked read\n", me)
     };
 #else
-    /* -- hand_over (sends.sql) -- UPDATE growth_send_leases SET handed_over_at = now() WHERE
-       id = %(lease)s AND worker_id = %(worker_id)s, the opt-outs read once more; committed
-       before the transport sees a row. Nothing matched: not ours any more, nothing is sent. */
+    /* -- hand_over (leases.sql) -- UPDATE growth_send_leases SET handed_over_at = now() WHERE
+       id = %(lease)s AND worker_id = %(worker_id)s, the opt-outs read once more and the rows they
+       block written 'suppressed'; committed before the transport sees a row. Nothing matched: not
+       ours any more, nothing is sent. */
     atomic {
         if
         :: OWNS(l, id, me) || (MUT_HANDOVER_NO_OWNER && l_live[l]) ->
@@ -471,7 +474,8 @@ end_idle:
            for (k : 0 .. ROWS - 1) {
                if
                :: mine[k] -> clean[k] = !optout[k];
-                  if :: optout[k] && !MUT_CHECK_IGNORES_OPTOUT -> out[k] = O_BLOCKED
+                  if :: optout[k] && !MUT_CHECK_IGNORES_OPTOUT -> out[k] = O_BLOCKED;
+                        if :: status[k] == QUEUED -> status[k] = SUPPRESSED :: else -> skip fi
                   :: else -> skip fi
                :: else -> skip
                fi

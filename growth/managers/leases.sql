@@ -215,17 +215,29 @@ RETURNING s.id, s.status;
 -- hand_over --
 -- A plain receiver's hand-over of one chunk's lease: stamped, committed (and flushed) before the
 -- wire takes its rows, with the opt-outs read once more: its rows, and which of them an opt-out
--- now blocks (the settle writes those 'suppressed'). A lease no longer this claim's (taken over,
--- ended) is not stamped and returns nothing: nothing of it is sent.
+-- now blocks. Those are written 'suppressed' here, as the row protocol's hand-over writes them
+-- (the rare row: the others stay one write): were the worker to die before its settle, recovery
+-- would make the handed-over lease's queued rows 'unknown', these included, though they never
+-- went out. A lease no longer this claim's (taken over, ended) is not stamped and returns
+-- nothing: nothing of it is sent.
 WITH stamped AS MATERIALIZED (
     UPDATE growth_send_leases
        SET handed_over_at = now()
      WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
     RETURNING send_ids
+), checked AS MATERIALIZED (
+    SELECT s.id, {{ sends._blocked }} AS blocked
+      FROM growth_sends s
+     WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM stamped))
+       AND s.status = 'queued'
+), withheld AS (
+    UPDATE growth_sends s
+       SET status = 'suppressed', next_attempt_at = NULL, claimed_by = %(worker_id)s,
+           updated_at = now()
+     WHERE s.id IN (SELECT id FROM checked WHERE blocked)
+       AND s.status = 'queued'
 )
-SELECT s.id, {{ sends._blocked }} AS blocked
-  FROM growth_sends s
- WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM stamped));
+SELECT id, blocked FROM checked;
 
 -- recover --
 -- Leases whose worker died or stalled past their expiry, in one statement. A lease never
