@@ -14,13 +14,15 @@ HANDOFF_CHUNK = 5  # SENDER_HANDOFF_CHUNK's default: what a plain-mode kill can 
 CONNECTIONS = 4  # SENDER_CONNECTIONS's default: one chunk on each wire
 
 
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
 @pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
-def test_a_campaign_survives_kills_a_database_restart_bad_smtp_and_opt_outs(tmp_path, idempotent):
+def test_a_campaign_survives_kills_a_database_restart_bad_smtp_and_opt_outs(tmp_path, idempotent,
+                                                                            protocol):
     config = ChaosConfig(
         recipients=1200, workers=3, idempotent=idempotent, lease=2.0, kill_every=0.6,
         faults=Misbehaviour(tempfail_rate=0.03, drop_rate=0.01, slow_rate=0.01, slow_delay=0.2),
         database_down_for=1.0, optout_every=0.5, optouts_per_round=3, out_dir=tmp_path,
-        timeout=240)
+        timeout=240, protocol=protocol)
     report = run(config)
 
     assert report.problems() == []

@@ -49,6 +49,7 @@ class ChaosConfig:
     seed: int = 7
     timeout: float = 1800.0  # seconds
     pgbouncer: bool = False  # the workers reach PostgreSQL through PgBouncer, transaction pooling
+    protocol: str = "rows"  # the send protocol the workers build the campaign for (SENDER_PROTOCOL)
 
     @property
     def mode(self) -> str:
@@ -151,6 +152,7 @@ def _worker_env(config: ChaosConfig, receiver: ChaosReceiver,
         **through,
         "EMAIL_URL": receiver.url,
         "SENDER_IDEMPOTENT_TRANSPORT": "true" if config.idempotent else "false",
+        "SENDER_PROTOCOL": config.protocol,
         "SENDER_BACKOFF_BASE": "0.2",
         "SENDER_BACKOFF_MAX": "2",
         # 4xx are frequent here and retried until the horizon (48 h by default); kills are

@@ -2,7 +2,10 @@
 endpoint over HTTP, some straight through the suppression manager.
 
 Each chosen row is still ``queued`` and stays locked (FOR UPDATE) until the opt-out has committed,
-so no worker can have claimed it first: from ``locked_at`` on, the receiver must never get it.
+so no worker can have claimed it first: from ``locked_at`` on, the receiver must never get it. On
+the lease protocol a claim writes no send row (a row on the wire stays ``queued``) and takes the
+campaign's cursor lock instead: the round holds that lock too, and chooses among the rows in no
+lease.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from django.core.wsgi import get_wsgi_application
 from django.db import transaction
 
-from growth.models import Send, Suppression
+from growth.models import Send, SendCursor, SendLease, Suppression
 from growth.sending.unsubscribe import LinkMaker
 
 
@@ -64,8 +67,13 @@ class OptOutDriver:
     def round(self, count: int) -> None:
         """Opt out up to ``count`` recipients whose rows are still queued."""
         with transaction.atomic():
+            on_leases = list(SendCursor.objects.select_for_update()  # no claim from here on
+                             .filter(campaign_id=self.campaign_id).values_list("pk", flat=True))
+            leased = ([i for ids in SendLease.objects.filter(campaign_id=self.campaign_id)
+                       .values_list("send_ids", flat=True) for i in ids] if on_leases else [])
             rows = list(Send.objects.select_for_update(skip_locked=True)
                         .filter(campaign_id=self.campaign_id, status=Send.Status.QUEUED)
+                        .exclude(id__in=leased)
                         .order_by("?")[:count]
                         .values("id", "account_id", "subscriber_id", "email_lower", "job_id"))
             locked_at = time.time()

@@ -25,6 +25,9 @@ class Command(BaseCommand):
         parser.add_argument("--pgbouncer", action="store_true",
                             help="Workers reach PostgreSQL through PgBouncer in transaction pooling "
                                  "mode (Debian's pgbouncer, started here on a loopback port).")
+        parser.add_argument("--protocol", choices=["rows", "leases"], default="rows",
+                            help="The send protocol the workers build the campaign for "
+                                 "(SENDER_PROTOCOL).")
         parser.add_argument("--keep-database", action="store_true",
                             help=f"Run in the configured database instead of a fresh {DATABASE!r}.")
 
@@ -37,9 +40,10 @@ class Command(BaseCommand):
             config = ChaosConfig(recipients=options["recipients"], workers=options["workers"],
                                  idempotent=mode == "idempotent", kill_every=options["kill_every"],
                                  lease=options["lease"], out_dir=options["out"],
-                                 chart=not options["no_chart"], pgbouncer=options["pgbouncer"])
+                                 chart=not options["no_chart"], pgbouncer=options["pgbouncer"],
+                                 protocol=options["protocol"])
             self.stdout.write(f"\n== chaos, {mode} receiver: {config.recipients:,} recipients, "
-                              f"{config.workers} workers"
+                              f"{config.workers} workers, {config.protocol} protocol"
                               + (", through PgBouncer (transaction pooling)" if config.pgbouncer
                                  else "") + " ==")
             report = run(config)
