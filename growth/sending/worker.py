@@ -485,6 +485,8 @@ class Worker:
 
         delivering.wires = [self._wires.run(take_leases)
                             for _ in range(min(self._wires.count, leases.qsize()))]
+        if not delivering.wires:
+            delivering.dealt.set()
         return delivering
 
     def _lease_on_a_wire(self, transport: BaseTransport, batch: Batch,
@@ -501,8 +503,9 @@ class Worker:
         handed = self._retrying_db(lambda: self._hand_over_lease(batch, answered, lease),
                                    deadline=time.monotonic() + self.lease)
         if not handed:
-            # no database for a whole lease (its rows in doubt as after a crash, on expiry), or
-            # the lease is no longer ours: nothing of it is sent, and it is not ours to settle
+            # the lease is no longer ours, or there was no database for a whole lease (then
+            # this one, never handed over, is freed on expiry, and those answered since are in
+            # doubt, as after a crash): nothing of it is sent, and it is not ours to settle
             return []
         # the rows an opt-out now blocks (those the claim found are withheld already)
         withheld = {d.send_id for d in deliveries if handed.get(d.send_id) != Send.Status.SENDING}
