@@ -45,7 +45,8 @@ def test_a_campaign_built_on_leases_runs_to_completion_each_recipient_once(smtp_
 class ExplodingTransport(BaseTransport):
     """A transport with a bug: it raises instead of returning outcomes."""
 
-    idempotent = True
+    def __init__(self, *, idempotent: bool = True) -> None:
+        self.idempotent = idempotent
 
     def send_bulk(self, deliveries):
         raise RuntimeError("the provider's client library broke")
@@ -93,19 +94,12 @@ def test_a_plain_receivers_chunk_is_a_lease_handed_over_before_its_wire_takes_it
     assert set(Send.objects.values_list("attempts", "claimed_by")) == {(1, worker.worker_id)}
 
 
-class ExplodingPlainTransport(BaseTransport):
-    idempotent = False
-
-    def send_bulk(self, deliveries):
-        raise RuntimeError("the provider's client library broke")
-
-
 def test_a_plain_transport_that_raises_leaves_the_wires_leases_in_doubt_and_frees_the_rest(
         smtp_settings, settings):
     settings.SENDER_HANDOFF_CHUNK = 5
     campaign = approved_campaign(count=12)
-    Worker(batch_size=12, tick=0.05, until_idle=True, transport=ExplodingPlainTransport(),
-           connections=2).run()
+    Worker(batch_size=12, tick=0.05, until_idle=True,
+           transport=ExplodingTransport(idempotent=False), connections=2).run()
     campaign.refresh_from_db()
     assert campaign.status == "paused" and "client library broke" in campaign.pause_reason
     # a claim writes no send row; the two leases handed over to the wires may have gone out:

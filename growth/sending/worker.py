@@ -89,6 +89,8 @@ RENDERERS_KEPT = 32  # campaigns whose compiled templates a worker keeps
 SAMPLE_RECIPIENT = "sample.recipient@example.com"  # a renderer's trial run, never sent
 
 T = TypeVar("T")
+P = TypeVar("P")  # a piece of a batch a wire takes: a chunk of rows, or a lease
+R = TypeVar("R")  # a wire's request to hand over (and settle)
 
 
 def default_worker_id() -> str:
@@ -401,33 +403,47 @@ class Worker:
         """Plain receiver: the batch cut into small chunks that every wire takes from, one at a
         time: it renders one, hands it over in the commit that settles its last one, and sends
         it (``_chunk_on_a_wire``), so at most one chunk per connection is handed over and
-        unsettled at any time. The wires take their chunks themselves: were this thread to deal
-        out each one, it would wait for the GIL behind C busy wires every time."""
+        unsettled at any time."""
         rows = batch.to_send
-        chunks: queue.SimpleQueue[Sequence[Claimed]] = queue.SimpleQueue()
-        for start in range(0, len(rows), self.chunk_size):
-            chunks.put(rows[start:start + self.chunk_size])
-        broken = threading.Event()  # a transport raised: no wire takes another chunk
+        return self._on_the_wires(
+            batch, [rows[start:start + self.chunk_size]
+                    for start in range(0, len(rows), self.chunk_size)],
+            lambda transport, chunk, answered: self._chunk_on_a_wire(
+                transport, batch, renderer, chunk, answered),
+            lambda answered: self._settle(batch, answered))
+
+    def _on_the_wires(self, batch: Batch, pieces: Sequence[P],
+                      on_a_wire: Callable[[BaseTransport, P, list], list],
+                      settle_last: Callable[[list], None]) -> Delivering:
+        """Plain receiver: every wire takes the next piece (a chunk of rows, or a lease) until
+        none is left: ``on_a_wire`` hands it over, settling what that wire answered before, sends
+        it and returns what it answered; ``settle_last`` settles a wire's last answers. The wires
+        take their pieces themselves: were this thread to deal out each one, it would wait for
+        the GIL behind C busy wires every time."""
+        waiting: queue.SimpleQueue[P] = queue.SimpleQueue()
+        for piece in pieces:
+            waiting.put(piece)
+        broken = threading.Event()  # a transport raised: no wire takes another piece
         delivering = Delivering(batch, [])
 
-        def take_chunks(transport: BaseTransport) -> None:
-            answered: list[Outcome] = []  # the last chunk's, settled with the next hand-over
+        def take_pieces(transport: BaseTransport) -> None:
+            answered: list = []  # settled with the next hand-over
             try:
                 while not broken.is_set():
                     try:
-                        chunk = chunks.get_nowait()
+                        piece = waiting.get_nowait()
                     except queue.Empty:
                         break
-                    answered = self._chunk_on_a_wire(transport, batch, renderer, chunk, answered)
+                    answered = on_a_wire(transport, piece, answered)
             except BaseException:
                 broken.set()  # what is on the other wires still settles; the rest stays
                 raise
             finally:
                 delivering.dealt.set()
-                self._settle(batch, answered)
+                settle_last(answered)
 
-        delivering.wires = [self._wires.run(take_chunks)
-                            for _ in range(min(self._wires.count, chunks.qsize()))]
+        delivering.wires = [self._wires.run(take_pieces)
+                            for _ in range(min(self._wires.count, waiting.qsize()))]
         if not delivering.wires:
             delivering.dealt.set()
         return delivering
@@ -459,35 +475,16 @@ class Worker:
         chunks: it renders one, hands it over in the commit that settles the leases it answered
         since, and sends it (``_lease_on_a_wire``); at most one lease per connection is handed
         over and unsettled at any time."""
-        leases: queue.SimpleQueue[Lease] = queue.SimpleQueue()
-        for lease in batch.leases:
-            leases.put(lease)
-        broken = threading.Event()  # a transport raised: no wire takes another lease
-        delivering = Delivering(batch, [])
+        def settle_last(answered: list[tuple[Lease, list[Outcome]]]) -> None:
+            if answered:
+                self._settle(batch, [o for _, outcomes in answered for o in outcomes],
+                             leases=[lease for lease, _ in answered])
 
-        def take_leases(transport: BaseTransport) -> None:
-            answered: list[tuple[Lease, list[Outcome]]] = []  # settled with the next hand-over
-            try:
-                while not broken.is_set():
-                    try:
-                        lease = leases.get_nowait()
-                    except queue.Empty:
-                        break
-                    answered = self._lease_on_a_wire(transport, batch, renderer, lease, answered)
-            except BaseException:
-                broken.set()  # what is on the other wires still settles; the rest stays
-                raise
-            finally:
-                delivering.dealt.set()
-                if answered:
-                    self._settle(batch, [o for _, outcomes in answered for o in outcomes],
-                                 leases=[lease for lease, _ in answered])
-
-        delivering.wires = [self._wires.run(take_leases)
-                            for _ in range(min(self._wires.count, leases.qsize()))]
-        if not delivering.wires:
-            delivering.dealt.set()
-        return delivering
+        return self._on_the_wires(
+            batch, batch.leases,
+            lambda transport, lease, answered: self._lease_on_a_wire(
+                transport, batch, renderer, lease, answered),
+            settle_last)
 
     def _lease_on_a_wire(self, transport: BaseTransport, batch: Batch,
                          renderer: CampaignRenderer, lease: Lease,
@@ -736,12 +733,9 @@ class Worker:
         request = LeaseHandOver([(done.id, _named(batch, done, outcomes))
                                  for done, outcomes in answered], lease.id,
                                 self._settle_policy(batch))
-        label = "settle_and_hand_over" if answered else "hand_over"
-        with metrics.STATEMENT_SECONDS.labels(label).time():
-            if self._lease_hand_overs is None:
-                ((settled, handed),) = SendLease.objects.settle_and_hand_over_many([request])
-            else:
-                settled, handed = self._lease_hand_overs.submit(request)
+        settled, handed = self._commit_hand_over(
+            request, SendLease.objects.settle_and_hand_over_many, self._lease_hand_overs,
+            settles=bool(answered))
         if answered:
             self._after_settle(batch, [o for _, outcomes in answered for o in outcomes],
                                {i: s for i, s in settled.items() if i not in batch.withheld})
@@ -754,15 +748,24 @@ class Worker:
         (``growth.sending.hand_overs``); return the hand-over's {send id: 'sending' |
         'suppressed'}."""
         request = HandOver(answered, ids, self._settle_policy(batch))
-        label = "settle_and_hand_over" if answered else "hand_over"
-        with metrics.STATEMENT_SECONDS.labels(label).time():
-            if self._hand_overs is None:
-                ((settled, handed),) = Send.objects.settle_and_hand_over_many([request])
-            else:
-                settled, handed = self._hand_overs.submit(request)
+        settled, handed = self._commit_hand_over(
+            request, Send.objects.settle_and_hand_over_many, self._hand_overs,
+            settles=bool(answered))
         if answered:
             self._after_settle(batch, answered, settled)
         return handed
+
+    @staticmethod
+    def _commit_hand_over(request: R, commit_many: Callable[[list[R]], list[T]],
+                          hand_overs: HandOvers | None, *, settles: bool) -> T:
+        """A wire's request, committed with the other wires' waiting ones (``hand_overs``),
+        or alone (one wire)."""
+        with metrics.STATEMENT_SECONDS.labels(
+                "settle_and_hand_over" if settles else "hand_over").time():
+            if hand_overs is None:
+                (answer,) = commit_many([request])
+                return answer
+            return hand_overs.submit(request)
 
     def _settle_policy(self, batch: Batch) -> dict:
         return {"campaign_id": batch.campaign_id, "worker_id": self.worker_id,
