@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from growth.models import Campaign, Send, SendCursor, SendLease, Suppression
 from growth.sending.transports import BaseTransport
@@ -118,3 +119,26 @@ def test_a_batch_whose_every_row_is_opted_out_still_ends_its_lease(smtp_settings
     run_worker(lease=1)
     assert statuses(campaign) == {"suppressed": 3}
     assert not SendLease.objects.exists() and smtp_settings.handler.keys() == {}
+
+
+def test_a_dead_workers_free_leases_are_taken_over_claim_after_claim_without_waiting_a_poll(
+        smtp_settings, settings, monkeypatch):
+    """A plain receiver's batch is a lease per chunk: a worker killed or stopped leaves many
+    free, and a claim takes over one. Each came back short of the batch, so the worker looked at
+    the outlook and waited its poll (a second) as if the rest were on other workers' wires: a
+    second per chunk."""
+    settings.SENDER_IDEMPOTENT_TRANSPORT = False
+    campaign = sending_campaign(count=16, leases=True)
+    dead = SendLease.objects.claim(worker_id="dead", campaign_id=campaign.id, batch_size=16,
+                                   lease=60, chunk_size=4)
+    assert len(dead) == 4
+    SendLease.objects.filter(worker_id="dead").update(expires_at=timezone.now())
+    assert SendLease.objects.recover(idempotent=False, max_attempts=5).freed == 4
+    looks = []
+    outlook = Campaign.objects.outlook
+    monkeypatch.setattr(Campaign.objects, "outlook", lambda: looks.append(1) or outlook())
+
+    Worker(worker_id="w", batch_size=16, tick=0.05, until_idle=True).run()
+    assert statuses(campaign) == {"sent": 16}
+    assert set(smtp_settings.handler.keys().values()) == {1}
+    assert len(looks) == 1, looks  # only once nothing was left: never between take-overs

@@ -29,10 +29,12 @@ SUPPRESSED = "suppressed"  # a settle's outcome for a row the claim or the hand-
 @dataclass(frozen=True, slots=True)
 class Lease:
     """One lease of a claim: its id and its rows, each 'sending' (to send) or 'suppressed' (an
-    opt-out: the settle writes it so), with the attempt this claim makes."""
+    opt-out: the settle writes it so), with the attempt this claim makes. ``taken_over``: a free
+    lease, taken over whole (a dead or stopped worker's: its others are likely free too)."""
 
     id: int
     rows: list[Claimed]
+    taken_over: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +105,11 @@ class LeaseManager(models.Manager):
         _, rows = QUERIES.together(("lock_cursor", {"campaign_id": campaign_id}),
                                    ("claim", params), wait_for_flush=False, prepare=False)
         leases: dict[int, list[Claimed]] = {}
+        taken_over = False
         for row in sorted(rows, key=lambda r: r["id"]):
-            lease_id = row.pop("lease_id")
+            lease_id, taken_over = row.pop("lease_id"), row.pop("taken_over")
             leases.setdefault(lease_id, []).append(Claimed.from_row(row))
-        return [Lease(lease_id, claimed) for lease_id, claimed in leases.items()]
+        return [Lease(lease_id, claimed, taken_over) for lease_id, claimed in leases.items()]
 
     def hand_over(self, lease_id: int, *, worker_id: str) -> dict[int, str]:
         """Stamp the lease handed over before its rows go on a wire; return {id: 'sending' (send

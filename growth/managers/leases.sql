@@ -138,8 +138,9 @@ WITH cursor AS MATERIALIZED (
      GROUP BY chunk.n
     RETURNING id, send_ids
 )
--- each row found by its primary key (LATERAL: a probe per row, whatever the table's size)
-SELECT claimed.*, held.lease_id
+-- each row found by its primary key (LATERAL: a probe per row, whatever the table's size);
+-- taken_over: the batch is a free lease (others a dead or stopped worker left may be waiting)
+SELECT claimed.*, held.lease_id, EXISTS (SELECT 1 FROM freed) AS taken_over
   FROM (SELECT id AS lease_id, unnest(send_ids) AS send_id FROM lease) held
  CROSS JOIN LATERAL (
        SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,

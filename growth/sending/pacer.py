@@ -45,6 +45,13 @@ class Claim:
     wait: float = 0.0  # seconds until something could be granted, when nothing was
     leases: list[Lease] = field(default_factory=list)  # the lease protocol's: the rows' leases
 
+    @property
+    def full(self) -> bool:
+        """More is likely waiting now: as many rows as were granted, or a free lease taken over
+        (a worker killed or stopped leaves many, a plain receiver's a chunk each: each claim takes
+        one, and waiting a poll between them took a second per chunk)."""
+        return len(self.rows) == self.granted or any(lease.taken_over for lease in self.leases)
+
 
 class Pacer:
     def __init__(self, *, batch_size: int, policy: ThrottlePolicy | None = None) -> None:

@@ -360,7 +360,7 @@ class Worker:
                 continue
             going = sum(1 for row in claim.rows if row.status == Send.Status.SENDING)
             self._last_campaign_id = campaign.campaign_id
-            return Batch(campaign.campaign_id, claim.rows, full=len(claim.rows) == claim.granted,
+            return Batch(campaign.campaign_id, claim.rows, full=claim.full,
                          tally=Tally(campaign.campaign_id, claimed=len(claim.rows), to_send=going),
                          leases=claim.leases)
         return None
