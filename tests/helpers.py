@@ -16,6 +16,11 @@ from django.db import connection, connections
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# leases._on_the_wire, in the counts an operator reads: a live lease's rows still queued, each
+# found by its primary key (the only read of growth_sends the tallies' readers make)
+LEASED_PROBE = "(SELECT s.status FROM growth_sends s WHERE s.id = held.id)"
+
+
 def texts(response) -> list[str]:
     """The messages (django.contrib.messages) the response's request left for its user."""
     return [str(m) for m in get_messages(response.wsgi_request)]

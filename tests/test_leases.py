@@ -415,3 +415,33 @@ def test_the_workers_housekeeping_recovers_expired_leases_too():
     Worker(transport=NullTransport(), worker_id="alive")._recover()  # a receiver that de-duplicates
     freed = SendLease.objects.get(id=lease.id)
     assert (freed.worker_id, freed.takeovers) == (None, 1)
+
+
+def test_a_live_leases_rows_count_as_on_the_wire_for_the_admin_the_monitor_and_a_cancel():
+    """A claim writes no send row, so the tallies count a lease's rows 'queued'; an operator's
+    counts show them on the wire, as the row protocol's, and a cancel's confirmation does not
+    promise to cancel them. A free lease's rows wait for a claim: queued."""
+    from growth.admin.transitions import TRANSITIONS, effect
+
+    campaign = leased_campaign(count=10)
+    live = _claim(campaign, worker="w", batch_size=4)
+    freed = _claim(campaign, worker="dead", batch_size=2)
+    _expire(freed.id)
+    assert SendLease.objects.recover(idempotent=False, max_attempts=5).freed == 1
+    assert SendLease.objects.hand_over(live.id, worker_id="w")
+    _opt_out(campaign, live.rows[0].id)  # after its hand-over: still on the wire
+    handed = SendLease.objects.claim(worker_id="p", campaign_id=campaign.id, batch_size=2,
+                                     lease=60)  # the freed lease, taken over
+    assert handed[0].rows == freed.rows
+    _opt_out(campaign, handed[0].rows[0].id)
+    assert SendLease.objects.hand_over(handed[0].id, worker_id="p")  # withheld: suppressed
+
+    expected = {"queued": 4, "sending": 5, "suppressed": 1}
+    assert Campaign.objects.progress([campaign.id])[campaign.id] == expected
+    assert Campaign.monitor.snapshot([campaign.id])[campaign.id].counts == expected
+    assert Campaign.objects.metrics_snapshot().sending_rows == expected
+    assert effect(TRANSITIONS["cancel"], campaign).startswith(
+        "4 queued recipients will never get it (cancelled); 5 on the wire now finish")
+    _settle(live)  # its opt-out came after its hand-over: it went out
+    assert Campaign.objects.progress([campaign.id])[campaign.id] == {
+        "queued": 4, "sending": 1, "sent": 4, "suppressed": 1}

@@ -245,7 +245,7 @@ def test_every_count_reaches_a_campaigns_tallies_by_index_never_summing_every_ca
             "FROM generate_series(1, 20) c, generate_series(1, 1000) m")
     execute("ANALYZE growth_send_tallies")
     readers = {"progress": (CAMPAIGNS, {"campaign_ids": [campaign.pk]}),
-               "metrics": (CAMPAIGNS, {}),
+               "metrics": (CAMPAIGNS, {"campaign_ids": None}),
                "needing_review": (CAMPAIGNS, {"account_ids": [campaign.account_id]}),
                "rates": (REPUTATION, {"account_ids": [campaign.account_id], "days": 7})}
     for name, (queries, params) in readers.items():

@@ -143,6 +143,6 @@ class CampaignManager(models.Manager):
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         counted: dict[str, dict[str, int]] = {"campaigns": {}, "sending_rows": {}}
-        for row in QUERIES.rows("metrics"):
+        for row in QUERIES.rows("metrics", campaign_ids=None):
             counted[row["counted"]][row["status"]] = row["n"]
         return MetricsSnapshot(**counted)

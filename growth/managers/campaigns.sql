@@ -185,10 +185,19 @@ SELECT EXISTS (SELECT 1
 
 -- progress --
 -- rows per status for the given campaigns, from their tallies (tallies.sql): a few rows a
--- campaign whatever its size, never its sends
+-- campaign whatever its size, never its sends; the lease protocol's rows on the wire as
+-- 'sending' (leases._on_the_wire)
+WITH on_the_wire AS MATERIALIZED (
+    {{ leases._on_the_wire }}
+)
 SELECT campaign_id, status, sum(sends)::bigint AS sends
-  FROM growth_send_counts
- WHERE campaign_id = ANY(%(campaign_ids)s)
+  FROM (SELECT campaign_id, status, sends
+          FROM growth_send_counts
+         WHERE campaign_id = ANY(%(campaign_ids)s)
+        UNION ALL
+        SELECT campaign_id, status, moved
+          FROM on_the_wire, LATERAL (VALUES ('queued', -sends), ('sending', sends)) AS m(status, moved)
+       ) counted
  GROUP BY campaign_id, status
 HAVING sum(sends) <> 0;
 
@@ -234,17 +243,25 @@ SELECT count(*) AS subscriber_rows,
 
 -- metrics --
 -- for Prometheus: campaigns by status, and the rows of the sending campaigns by status (from
--- their tallies), in one statement
+-- their tallies, the lease protocol's on the wire as 'sending'), in one statement;
+-- %(campaign_ids)s: NULL (every campaign's leases)
 SELECT 'campaigns' AS counted, status, count(*) AS n
   FROM growth_campaigns
  GROUP BY status
  UNION ALL
-SELECT 'sending_rows', k.status, sum(k.sends)::bigint
-  FROM growth_campaigns c
- CROSS JOIN LATERAL (SELECT status, sum(sends) AS sends  -- per campaign: c.id reaches
-                       FROM growth_send_counts        -- the view's indexes (a join
-                      WHERE campaign_id = c.id        -- would sum every campaign)
-                      GROUP BY status) AS k
- WHERE c.status = 'sending'
- GROUP BY k.status
-HAVING sum(k.sends) <> 0;
+SELECT 'sending_rows', r.status, sum(r.sends)::bigint
+  FROM (SELECT k.status, k.sends
+          FROM growth_campaigns c
+         CROSS JOIN LATERAL (SELECT status, sum(sends) AS sends  -- per campaign: c.id reaches
+                               FROM growth_send_counts        -- the view's indexes (a join
+                              WHERE campaign_id = c.id        -- would sum every campaign)
+                              GROUP BY status) AS k
+         WHERE c.status = 'sending'
+        UNION ALL  -- the lease protocol's rows on the wire, 'queued' in the tallies
+        SELECT m.status, m.moved
+          FROM ({{ leases._on_the_wire }}) w
+          JOIN growth_campaigns c ON c.id = w.campaign_id AND c.status = 'sending'
+         CROSS JOIN LATERAL (VALUES ('queued', -w.sends), ('sending', w.sends)) AS m(status, moved)
+       ) r
+ GROUP BY r.status
+HAVING sum(r.sends) <> 0;

@@ -20,13 +20,21 @@ WITH clock AS (
                 THEN 'infinity'::timestamptz ELSE clock.this_minute END AS past_minute
       FROM growth_campaigns c, clock
      WHERE c.id = ANY(%(campaign_ids)s)
+), on_the_wire AS MATERIALIZED (  -- the lease protocol's, counted 'queued' by the tallies
+    {{ leases._on_the_wire }}
 ), counted AS (
     SELECT k.campaign_id, k.status, sum(k.sends)::bigint AS sends,
            sum(k.sends) FILTER (WHERE k.status = 'sent' AND k.sent_minute >= w.first_minute
                                   AND k.sent_minute < w.past_minute)::bigint AS last_minute
-      FROM growth_send_counts k
+      FROM (SELECT campaign_id, status, sent_minute, sends
+              FROM growth_send_counts
+             WHERE campaign_id = ANY(%(campaign_ids)s)  -- into the view's GROUP BY
+            UNION ALL
+            SELECT campaign_id, status, NULL, moved
+              FROM on_the_wire,
+                   LATERAL (VALUES ('queued', -sends), ('sending', sends)) AS m(status, moved)
+           ) k
       JOIN windows w ON w.id = k.campaign_id
-     WHERE k.campaign_id = ANY(%(campaign_ids)s)  -- into the view's GROUP BY, not after it
      GROUP BY k.campaign_id, k.status
     HAVING sum(k.sends) <> 0
 )
