@@ -49,7 +49,8 @@ same checks, changed only where the shape changes them (``bench/directions.sql``
 Every repetition times each direction as the ceiling is timed (one process per worker, a bare
 psycopg loop of claim then settle, one autocommit statement each, committing without waiting for
 the flush as the engine does) beside the engine itself (null transport), the engine with
-``enable_nestloop`` off for its sessions (libpq's ``PGOPTIONS``: the settle's plan, see a),
+``enable_nestloop`` off for its sessions (libpq's ``PGOPTIONS``: the settle's plan, see a; and
+``jit`` off, since before PostgreSQL 18 a disabled nested loop costs 1e10 and is compiled),
 pgqueuer and the minimal ceiling (``bench.minimal``), all on the same N and batch. The copy is
 refilled from a campaign the engine built before each run, off the clock (the fill's time is
 reported: the direction's build cost). Then, once per direction and off the clock, a cost pass
@@ -529,12 +530,14 @@ def measure(*, audience, batch_size: int, workers: list[int], repetitions: int, 
             say(f"directions: repetition {rep} of {repetitions}")
             for count in workers:
                 record("engine", count, engine.run(audience=audience, batch_size=batch_size,
-                                                   workers=count, out=out, name="directions"))
-                # the engine unchanged, its sessions planning without nested loops (libpq's
-                # PGOPTIONS): what its settle's plan costs it (see v and a)
+                                                   workers=count, out=out, name="directions",
+                                                   leases=False))
+                # the engine on rows unchanged, its sessions planning without nested loops
+                # (libpq's PGOPTIONS): what its settle's plan costs it (see v and a)
                 record(NO_NESTLOOP, count, engine.run(
                     audience=audience, batch_size=batch_size, workers=count, out=out,
-                    name="directions-no-nestloop", env={"PGOPTIONS": "-c enable_nestloop=off"}))
+                    name="directions-no-nestloop", leases=False,
+                    env={"PGOPTIONS": "-c enable_nestloop=off -c jit=off"}))
                 # the engine itself on the lease protocol (its campaign built for it)
                 record(ON_LEASES, count, engine.run(
                     audience=audience, batch_size=batch_size, workers=count, out=out,

@@ -73,9 +73,12 @@ def stop(senders) -> None:
 
 
 def run(*, audience, batch_size: int, workers: int, out: Path, transport: str = NULL,
-        env: dict[str, str] | None = None, name: str = "engine", leases: bool = False) -> float:
+        env: dict[str, str] | None = None, name: str = "engine", leases: bool | None = None) -> float:
     """Seconds from campaign start to campaign 'sent' with ``workers`` run_sender processes
-    (``leases``: the campaign built for the lease protocol)."""
+    (``leases``: the campaign built for the lease protocol; None: as the bench's own
+    SENDER_PROTOCOL says, as run_sender's build would)."""
+    if leases is None:
+        leases = settings.SENDER_PROTOCOL == "leases"
     campaign_id = data.built_and_paused(audience, leases=leases)
     extra = {"SENDER_TRANSPORT": transport, **(env or {})}
     senders = start_senders(workers, env=sender_env(**extra), log_dir=out / "logs",
