@@ -13,7 +13,9 @@ from tests.helpers import fetch_dicts
 
 
 @functools.cache
-def _statements() -> dict[str, str]:
+def statements() -> dict[str, str]:
+    """The statements on the copies by name, loaded once: a mutant of
+    tests/protocol_mutants.LEASE_MUTANTS patches this very dict."""
     return directions.statements()
 
 
@@ -22,12 +24,12 @@ def run(cursor, name: str, **params) -> list[dict]:
     rows as dicts. A claim is sent after its lock_cursor, a cancel after its locks, in the same
     string and transaction, as the engine sends them."""
     if name == "leases.claim":
-        sql = directions._claim_lock(directions.DIRECTIONS["i"], _statements()) + _statements()[name]
+        sql = directions._claim_lock(directions.DIRECTIONS["i"], statements()) + statements()[name]
     elif name == "campaigns.cancel":  # after its locks, in the same string and transaction
-        sql = ";\n".join(_statements()[step] for step in ("campaigns.lock_campaign",
+        sql = ";\n".join(statements()[step] for step in ("campaigns.lock_campaign",
                                                           "campaigns.lock_cursor", name))
     else:
-        sql = _statements()[name]
+        sql = statements()[name]
     cursor.execute(sql, params)
     while cursor.nextset():  # past the lock's row, to the claim's
         pass

@@ -37,6 +37,26 @@ MUTANTS: dict[str, tuple[str, str, str]] = {
 }
 
 
+# The lease protocol's (growth/managers/leases.sql), on the copies its stateful test runs
+# (tests/lease_statements.py, the names of bench.directions.statements()): each must make
+# tests/test_lease_protocol_stateful.py fail (LEASE_MUTANT=<name>; verify/check.py --stateful).
+LEASE_MUTANTS: dict[str, tuple[str, str, str]] = {
+    # a late settle (its lease taken over) writes the rows another worker now holds
+    "lease_settle_ignores_its_lease": (
+        "leases.settle", "(s.id IN (SELECT unnest(send_ids) FROM ended)\n", "(true\n"),
+    # a plain receiver's last check before the wire sees no opt-out
+    "lease_hand_over_ignores_opt_outs": (
+        "leases.hand_over", "AS blocked\n", "AND false AS blocked\n"),
+    # a lease handed to a plain receiver is taken over and sent again
+    "lease_recover_frees_handed_for_plain_receiver": (
+        "leases.recover", "(%(idempotent)s AND l.takeovers + 1", "(l.takeovers + 1"),
+    # a claim walks from the campaign's first row, not from its cursor
+    "lease_claim_ignores_the_cursor": (
+        "leases.claim", "(%(campaign_id)s, (SELECT claimed_to FROM cursor))",
+        "(%(campaign_id)s, 0)"),
+}
+
+
 @contextmanager
 def mutated(name: str | None) -> Iterator[None]:
     """Run the block under the mutant ``name`` (nothing changes for None or "")."""
@@ -55,3 +75,21 @@ def mutated(name: str | None) -> Iterator[None]:
         yield
     finally:
         statements[statement] = original
+
+
+@contextmanager
+def lease_mutated(name: str | None, statements: dict[str, str]) -> Iterator[None]:
+    """As :func:`mutated`, for a lease mutant on ``statements`` (the copies' SQL by name)."""
+    if not name:
+        yield
+        return
+    block, old, new = LEASE_MUTANTS[name]
+    original = statements[block]
+    found = original.count(old)
+    if found != 1:
+        raise LookupError(f"mutant {name!r}: {old!r} occurs {found} times in {block}, not once")
+    statements[block] = original.replace(old, new)
+    try:
+        yield
+    finally:
+        statements[block] = original

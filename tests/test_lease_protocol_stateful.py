@@ -7,7 +7,8 @@ promises after every step, then once more after running the campaign to its end.
 
 It covers what spin could not: a lease of two rows with two live workers
 (verify/lease_protocol.pml stops at 1 row x 2 workers, or 2 rows x 1). A longer search:
-LEASE_EXAMPLES=2000 (and LEASE_STEPS=50).
+LEASE_EXAMPLES=2000 (and LEASE_STEPS=50). Under LEASE_MUTANT=<a name of
+tests/protocol_mutants.LEASE_MUTANTS> it is expected to fail (verify/check.py --stateful).
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ from hypothesis.stateful import (
 from bench import directions
 from growth.models import Suppression
 from tests import lease_statements
+from tests.protocol_mutants import LEASE_MUTANTS, lease_mutated
 from tests.scenarios import sending_campaign
 
 EXAMPLES = int(os.environ.get("LEASE_EXAMPLES", 200))
+# a deliberate bug of tests/protocol_mutants.LEASE_MUTANTS, under which this test must fail
+MUTANT = os.environ.get("LEASE_MUTANT", "")
 STEPS = int(os.environ.get("LEASE_STEPS", 30))
 WORKERS = ("w1", "w2")
 ROWS, BATCH = 4, 2
@@ -310,4 +314,11 @@ RUN = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, 
 def test_the_lease_protocols_statements_keep_the_promises_in_any_order_of_events(machine,
                                                                                  drop_copies):
     LeaseProtocol.campaign = None  # the database was emptied since the last test
-    run_state_machine_as_test(machine, settings=RUN)
+    with lease_mutated(MUTANT, lease_statements.statements()):
+        run_state_machine_as_test(machine, settings=RUN)
+
+
+@pytest.mark.parametrize("name", sorted(LEASE_MUTANTS))
+def test_every_lease_mutant_still_finds_its_text_in_the_sql(name):
+    with lease_mutated(name, lease_statements.statements()):
+        pass
