@@ -225,6 +225,18 @@ def _rows_read(node: dict, table: str) -> int:
 
 
 @pytest.mark.django_db
+def test_a_claim_of_any_campaign_leaves_the_lease_protocols_alone():
+    """A lease campaign's rows on the wire stay queued: the row protocol's claim of every
+    campaign would have taken them from under their lease."""
+    on_rows, on_leases = sending_campaign(count=3), sending_campaign(count=3, leases=True)
+    (lease,) = SendLease.objects.claim(worker_id="w", campaign_id=on_leases.id, batch_size=2,
+                                       lease=60)
+    batch = Send.objects.claim(worker_id="tool", batch_size=10, lease=60)
+    assert {row.campaign_id for row in batch} == {on_rows.id} and len(batch) == 3
+    assert statuses(on_leases) == {"queued": 1, "sending": 2}  # its lease's, untouched
+
+
+@pytest.mark.django_db
 def test_a_per_campaign_claim_takes_only_that_campaigns_rows():
     first, second = sending_campaign(count=3), sending_campaign(count=3)
     batch = Send.objects.claim(worker_id="w", batch_size=10, lease=60, campaign_id=second.id)

@@ -213,8 +213,9 @@ RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, s.status, s.a
 AND EXISTS (SELECT 1 FROM growth_campaigns c WHERE c.id = %(campaign_id)s AND c.status = 'sending')
 
 -- claim_any --
--- The same from every sending campaign at once, oldest row first (tools and tests; the worker
--- serves campaigns in turn through `claim`).
+-- The same from every sending campaign on this protocol at once, oldest row first (tools and
+-- tests; the worker serves campaigns in turn through `claim`). A campaign with a cursor runs on
+-- the lease protocol, whose rows on the wire stay queued: never claimed here.
 WITH due AS (
     SELECT s.id
       FROM growth_sends s
@@ -222,6 +223,7 @@ WITH due AS (
      WHERE s.status = 'queued'
        AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())
        AND c.status = 'sending'
+       AND NOT EXISTS (SELECT 1 FROM growth_send_cursors k WHERE k.campaign_id = c.id)
      ORDER BY s.id
      LIMIT %(batch_size)s
        FOR UPDATE OF s SKIP LOCKED
