@@ -89,6 +89,8 @@ class ExplodingTransport(BaseTransport):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_transport_that_raises_pauses_the_campaign_and_leaves_the_wire_chunk_in_doubt(settings):
+    """The row protocol's; the lease protocol's is in tests/test_worker_leases.py."""
+    settings.SENDER_PROTOCOL = "rows"
     settings.SENDER_HANDOFF_CHUNK = 5
     campaign = approved_campaign(count=12)
 

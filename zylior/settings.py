@@ -165,11 +165,11 @@ DESTINATIONS_RESOLVE_SECONDS = env.float("DESTINATIONS_RESOLVE_SECONDS", default
 # chunks in doubt with a plain receiver
 SENDER_CONNECTIONS = env.int("SENDER_CONNECTIONS", default=4)
 SENDER_HANDOFF_CHUNK = env.int("SENDER_HANDOFF_CHUNK", default=5)  # messages per hand-over (plain)
-# The send protocol of a campaign built from now on (docs/one-write-per-recipient.md): "rows" (each
-# row claimed under a lease of its own: two writes a recipient) or "leases" (a lease per batch
-# behind the campaign's cursor: one write a recipient; for now served only by workers whose
-# receiver de-duplicates). A campaign keeps the protocol it was built with.
-SENDER_PROTOCOL = env.str("SENDER_PROTOCOL", default="rows")
+# The send protocol of a campaign built from now on (docs/one-write-per-recipient.md): "leases" (a
+# lease per batch, or per chunk for a plain receiver, behind the campaign's cursor: one write a
+# recipient) or "rows" (each row claimed under a lease of its own: two writes a recipient). A
+# campaign keeps the protocol it was built with; a worker serves both.
+SENDER_PROTOCOL = env.str("SENDER_PROTOCOL", default="leases")
 if SENDER_PROTOCOL not in ("rows", "leases"):
     raise ImproperlyConfigured(f"SENDER_PROTOCOL must be rows or leases, not {SENDER_PROTOCOL!r}")
 MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN", default=urlsplit(SITE_URL).hostname or "localhost")

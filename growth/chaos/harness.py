@@ -49,7 +49,7 @@ class ChaosConfig:
     seed: int = 7
     timeout: float = 1800.0  # seconds
     pgbouncer: bool = False  # the workers reach PostgreSQL through PgBouncer, transaction pooling
-    protocol: str = "rows"  # the send protocol the workers build the campaign for (SENDER_PROTOCOL)
+    protocol: str = "leases"  # the send protocol the workers build the campaign for (SENDER_PROTOCOL)
 
     @property
     def mode(self) -> str:

@@ -25,7 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--pgbouncer", action="store_true",
                             help="Workers reach PostgreSQL through PgBouncer in transaction pooling "
                                  "mode (Debian's pgbouncer, started here on a loopback port).")
-        parser.add_argument("--protocol", choices=["rows", "leases"], default="rows",
+        parser.add_argument("--protocol", choices=["rows", "leases"], default="leases",
                             help="The send protocol the workers build the campaign for "
                                  "(SENDER_PROTOCOL).")
         parser.add_argument("--keep-database", action="store_true",
