@@ -65,16 +65,9 @@ def mutated(name: str | None) -> Iterator[None]:
         return
     block, old, new = MUTANTS[name]
     module, statement = block.split(".")
-    statements = importlib.import_module(f"growth.managers.{module}").QUERIES.statements
-    original = statements[statement]
-    found = original.count(old)
-    if found != 1:
-        raise LookupError(f"mutant {name!r}: {old!r} occurs {found} times in {block}, not once")
-    statements[statement] = original.replace(old, new)
-    try:
+    with _patched(importlib.import_module(f"growth.managers.{module}").QUERIES.statements,
+                  statement, old, new, name=name):
         yield
-    finally:
-        statements[statement] = original
 
 
 @contextmanager
@@ -84,12 +77,19 @@ def lease_mutated(name: str | None, statements: dict[str, str]) -> Iterator[None
         yield
         return
     block, old, new = LEASE_MUTANTS[name]
-    original = statements[block]
+    with _patched(statements, block, old, new, name=name):
+        yield
+
+
+@contextmanager
+def _patched(statements: dict[str, str], key: str, old: str, new: str, *,
+             name: str) -> Iterator[None]:
+    original = statements[key]
     found = original.count(old)
     if found != 1:
-        raise LookupError(f"mutant {name!r}: {old!r} occurs {found} times in {block}, not once")
-    statements[block] = original.replace(old, new)
+        raise LookupError(f"mutant {name!r}: {old!r} occurs {found} times in {key}, not once")
+    statements[key] = original.replace(old, new)
     try:
         yield
     finally:
-        statements[block] = original
+        statements[key] = original
