@@ -152,10 +152,10 @@ SELECT claimed.*, held.lease_id, EXISTS (SELECT 1 FROM freed) AS taken_over
        ) claimed;
 
 -- _on_the_wire --
--- Per campaign of %(campaign_ids)s (NULL: of every campaign), its rows on the wire on this protocol: those of its live leases
--- (a worker's, expired or not), still queued. The tallies count them 'queued' (a claim writes no
--- send row), so the readers of counts per status move them to 'sending', as the row protocol
--- writes them. A free lease's rows wait for a claim: queued. Each leased row found by its primary
+-- Per campaign of %(campaign_ids)s (NULL: of every campaign), its rows on the wire on this
+-- protocol: those of its live leases (a worker's, expired or not), still queued. The tallies
+-- count them 'queued' (a claim writes no send row), so the readers of counts per status move
+-- them to 'sending', as the row protocol writes them. A free lease's rows wait for a claim: queued. Each leased row found by its primary
 -- key (a subquery: joined, the planner walked every queued row of the table instead), so this
 -- costs the workers' batches, never the campaign's size.
 SELECT l.campaign_id, count(*)::bigint AS sends
