@@ -176,7 +176,8 @@ def test_a_campaigns_list_is_counted_from_its_tallies_and_pages_through_every_ro
 
     body, statements = listed(campaign__id__exact=campaign.pk)
     assert "130 sends" in body and rows(body) == 100
-    assert not [sql for sql in statements if "COUNT(*)" in sql.upper()]
+    # no count of the rows by Django's paginator or the changelist's (COUNT(*) AS "__count")
+    assert not [sql for sql in statements if 'COUNT(*) AS "__COUNT"' in sql.upper()]
     body, _ = listed(campaign__id__exact=campaign.pk, p=2)
     assert rows(body) == 30
     body, _ = listed(campaign__id__exact=campaign.pk, status__exact="unknown")

@@ -11,7 +11,7 @@ import pytest
 
 from growth.models import Campaign, Send, SendCursor, SendLease
 from tests.helpers import concurrently, manage, subprocess_env
-from tests.scenarios import approved_campaign, statuses
+from tests.scenarios import approved_campaign, rows_by_status, statuses
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -115,7 +115,9 @@ def test_killed_between_send_and_settle_on_leases_on_many_connections_leaves_one
     handed = list(SendLease.objects.filter(handed_over_at__isnull=False))
     in_doubt = sum(len(lease.send_ids) for lease in handed)
     assert 1 <= len(handed) <= 3 and in_doubt == CHUNK * len(handed)
-    assert statuses(campaign) == {"queued": 40}  # the claims wrote no send row
+    assert rows_by_status(campaign) == {"queued": 40}  # the claims wrote no send row
+    live = sum(len(lease.send_ids) for lease in SendLease.objects.filter(worker_id__isnull=False))
+    assert statuses(campaign) == {"queued": 40 - live, "sending": live}  # as an operator sees it
     restart(smtp_server, protocol="leases")
     assert statuses(campaign) == {"unknown": in_doubt, "sent": 40 - in_doubt}
     keys = smtp_server.handler.keys()
@@ -164,7 +166,8 @@ def test_killed_between_claim_and_send_on_leases_the_lease_is_taken_over_whole(s
     taken over whole, and each row is written once, by the settle of the claim that sent it."""
     campaign = approved_campaign(count=25)
     crash_at("after-claim", smtp_server, idempotent, protocol="leases")
-    assert statuses(campaign) == {"queued": 25}
+    assert rows_by_status(campaign) == {"queued": 25}
+    assert statuses(campaign) == {"queued": 15, "sending": 10}  # the dead worker's leases
     leases = list(SendLease.objects.all())
     assert len(leases) == (1 if idempotent else 10 // CHUNK)
     assert {lease.takeovers for lease in leases} == {0}
