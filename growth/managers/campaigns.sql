@@ -195,8 +195,7 @@ SELECT campaign_id, status, sum(sends)::bigint AS sends
           FROM growth_send_counts
          WHERE campaign_id = ANY(%(campaign_ids)s)
         UNION ALL
-        SELECT campaign_id, status, moved
-          FROM on_the_wire, LATERAL (VALUES ('queued', -sends), ('sending', sends)) AS m(status, moved)
+        SELECT campaign_id, status, sends FROM on_the_wire
        ) counted
  GROUP BY campaign_id, status
 HAVING sum(sends) <> 0;
@@ -258,10 +257,9 @@ SELECT 'sending_rows', r.status, sum(r.sends)::bigint
                               GROUP BY status) AS k
          WHERE c.status = 'sending'
         UNION ALL  -- the lease protocol's rows on the wire, 'queued' in the tallies
-        SELECT m.status, m.moved
+        SELECT w.status, w.sends
           FROM ({{ leases._on_the_wire }}) w
           JOIN growth_campaigns c ON c.id = w.campaign_id AND c.status = 'sending'
-         CROSS JOIN LATERAL (VALUES ('queued', -w.sends), ('sending', w.sends)) AS m(status, moved)
        ) r
  GROUP BY r.status
 HAVING sum(r.sends) <> 0;

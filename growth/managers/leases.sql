@@ -153,18 +153,21 @@ SELECT claimed.*, held.lease_id, EXISTS (SELECT 1 FROM freed) AS taken_over
 
 -- _on_the_wire --
 -- Per campaign of %(campaign_ids)s (NULL: of every campaign), its rows on the wire on this
--- protocol: those of its live leases (a worker's, expired or not), still queued. The tallies
--- count them 'queued' (a claim writes no send row), so the readers of counts per status move
--- them to 'sending', as the row protocol writes them. A free lease's rows wait for a claim: queued. Each leased row found by its primary
--- key (a subquery: joined, the planner walked every queued row of the table instead), so this
--- costs the workers' batches, never the campaign's size.
-SELECT l.campaign_id, count(*)::bigint AS sends
-  FROM growth_send_leases l
- CROSS JOIN LATERAL unnest(l.send_ids) AS held(id)
- WHERE (%(campaign_ids)s::bigint[] IS NULL OR l.campaign_id = ANY(%(campaign_ids)s::bigint[]))
-   AND l.worker_id IS NOT NULL
-   AND (SELECT s.status FROM growth_sends s WHERE s.id = held.id) = 'queued'
- GROUP BY l.campaign_id
+-- protocol, as corrections to its counts per status: the rows of its live leases (a worker's,
+-- expired or not) still queued, which the tallies count 'queued' (a claim writes no send row),
+-- moved to 'sending', as the row protocol writes them. A free lease's rows wait for a claim:
+-- queued. Each leased row found by its primary key (a subquery: joined, the planner walked
+-- every queued row of the table instead): this costs the workers' batches, not the campaign's.
+SELECT w.campaign_id, m.status, m.sends
+  FROM (SELECT l.campaign_id, count(*)::bigint AS rows
+          FROM growth_send_leases l
+         CROSS JOIN LATERAL unnest(l.send_ids) AS held(id)
+         WHERE (%(campaign_ids)s::bigint[] IS NULL
+                OR l.campaign_id = ANY(%(campaign_ids)s::bigint[]))
+           AND l.worker_id IS NOT NULL
+           AND (SELECT s.status FROM growth_sends s WHERE s.id = held.id) = 'queued'
+         GROUP BY l.campaign_id) w
+ CROSS JOIN LATERAL (VALUES ('queued', -w.rows), ('sending', w.rows)) AS m(status, sends)
 
 -- settle --
 -- The settle of one lease: it ends the lease (DELETE ... WHERE id = this claim's lease: a lease

@@ -30,9 +30,7 @@ WITH clock AS (
               FROM growth_send_counts
              WHERE campaign_id = ANY(%(campaign_ids)s)  -- into the view's GROUP BY
             UNION ALL
-            SELECT campaign_id, status, NULL, moved
-              FROM on_the_wire,
-                   LATERAL (VALUES ('queued', -sends), ('sending', sends)) AS m(status, moved)
+            SELECT campaign_id, status, NULL, sends FROM on_the_wire
            ) k
       JOIN windows w ON w.id = k.campaign_id
      GROUP BY k.campaign_id, k.status
