@@ -8,8 +8,11 @@ parent reports the seconds from the go to the last child's end.
 
 from __future__ import annotations
 
+import bisect
 import multiprocessing
+import os
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +21,8 @@ from pathlib import Path
 import psutil
 
 SPAWN = multiprocessing.get_context("spawn")
+# timed_pool's last clock, epoch seconds: (the go, the last child's end), for CpuSampler
+last_window: tuple[float, float] = (0.0, 0.0)
 READY_TIMEOUT = 120.0  # seconds for a child to import and connect
 POLL = 0.02  # seconds between looks at a child's memory
 
@@ -60,6 +65,8 @@ def timed_pool(count: int, target: Callable, *args, timeout: float = 3600.0) -> 
                 raise RuntimeError(f"worker {index} failed: {error}")
             finished.append(at)
             results[index] = result
+        global last_window
+        last_window = (started, max(finished))
         return PoolResult(max(finished) - started, results, started)
     finally:
         for process in processes:
@@ -103,3 +110,44 @@ class PeakRSS:
         except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError, ProcessLookupError):
             pass
 
+
+class CpuSampler:
+    """The machine's busy CPU-seconds, sampled every EVERY seconds on a thread of its own."""
+
+    EVERY = 0.02
+
+    def __init__(self) -> None:
+        self._times: list[float] = []
+        self._busy: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def busy_between(self, start: float, end: float) -> float:
+        """CPU-seconds between two epoch times (the nearest samples inside the window)."""
+        first = bisect.bisect_left(self._times, start)
+        last = bisect.bisect_right(self._times, end) - 1
+        if last <= first:
+            return 0.0
+        covered = self._times[last] - self._times[first]
+        return (self._busy[last] - self._busy[first]) * (end - start) / covered
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.EVERY):
+            self._times.append(time.time())
+            self._busy.append(_busy_seconds())
+
+
+def _busy_seconds() -> float:
+    """CPU-seconds the whole machine has spent not idle since boot (all cores, every process)."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")

@@ -96,6 +96,40 @@ def _cell(entries, system, batch, workers) -> str:
     return f"{_median_rate(entry):,.0f}" + (f" (±{spread / 2:.0%})" if spread > 0.10 else "")
 
 
+def _cpu_each(entries, system, batch, workers) -> float | None:
+    """Median busy CPU-seconds of the machine a recipient, over a contender's runs."""
+    entry = _find(entries, system, batch, workers)
+    if entry is None or not entry.get("cpu_seconds"):
+        return None
+    return statistics.median(entry["cpu_seconds"]) / entry["jobs"]
+
+
+def _cpu(through: list[dict], batches: list[int], *, cores: int | None) -> list[str]:
+    """What each recipient cost the machine in CPU, beside what each contender reached."""
+    if not any(e.get("cpu_seconds") for e in through):
+        return []
+    systems = ["engine", "ceiling", "ceiling+hand_over", "minimal ceiling", "pgqueuer"]
+    out = ["", "### CPU a recipient (µs; the whole machine's busy CPU over each run's clock, medians)",
+           "", "Every process counts: the workers, PostgreSQL, and the bench's own look at the clock. "
+           "Where they share the cores, a contender that keeps them all busy settles cores ÷ its CPU "
+           "a recipient; when two do, the engine's rate ÷ the other's is the other's CPU a "
+           "recipient ÷ the engine's (the columns \"saturated\").", "",
+           "| batch | workers | " + " | ".join(systems)
+           + " | cores busy (engine) | saturated ÷ pgqueuer | saturated ÷ minimal ceiling |",
+           "|---|---|" + "---|" * (len(systems) + 3)]
+    for batch in batches:
+        for w in sorted({e["workers"] for e in through}):
+            each = {s: _cpu_each(through, s, batch, w) for s in systems}
+            if not any(each.values()):
+                continue
+            engine, rate = each["engine"], _rate(through, "engine", batch, w)
+            busy = (f"{engine * rate / cores:.0%}" if engine and rate and cores else "–")
+            cells = [f"{v * 1e6:,.0f}" if v else "–" for v in each.values()]
+            out.append(f"| {batch} | {w} | " + " | ".join(cells) + f" | {busy} | "
+                       f"{_ratio(each['pgqueuer'], engine)} | {_ratio(each['minimal ceiling'], engine)} |")
+    return out
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}×" if a and b else "–"
 
@@ -208,6 +242,8 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
                           for s in ("ceiling", "ceiling+hand_over", "minimal ceiling", "pgqueuer",
                                     "procrastinate")]
                 out.append(f"| {batch} | {w} | " + " | ".join(cells + ratios) + " |")
+        cores = str(results["machine"].get("cores", "")).split(" ")[0]
+        out += _cpu(through, batches, cores=int(cores) if cores.isdigit() else None)
         procrastinate = [e for e in through if e["system"] == "procrastinate"]
         if procrastinate:
             out += ["", f"procrastinate ran {procrastinate[0]['jobs']:,} jobs (it has no batch size; "

@@ -138,7 +138,7 @@ def say(text: str) -> None:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from bench import data, machine
+    from bench import data, machine, procs
 
     results: dict = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                      "machine": machine.describe(), "throughput": [], "smtp": []}
@@ -149,28 +149,27 @@ def measure(args: argparse.Namespace) -> dict:
         audience = data.audience(args.recipients)
         say(f"{audience.size:,} recipients generated in {audience.seconds:.1f} s")
     series: dict[tuple, list[float]] = {}
+    cpu: dict[tuple, list[float]] = {}  # the throughput family's busy CPU-seconds, each run's
     signing: list[dict[str, float]] = []  # DKIM: µs to sign one message, per repetition
+    sampler = procs.CpuSampler()
 
     def record(system: str, batch: int | None, count: int, jobs: int, seconds: float) -> None:
         series.setdefault((system, batch, count, jobs), []).append(seconds)
-        say(f"  {system:<18} batch {batch or '-':>4}  workers {count}  {jobs / seconds:>9,.0f} /s")
+        line = f"  {system:<18} batch {batch or '-':>4}  workers {count}  {jobs / seconds:>9,.0f} /s"
+        window = _clocked_window(system)
+        if window is not None:
+            # the whole machine's: the workers', PostgreSQL's and the bench's own polling
+            busy = sampler.busy_between(*window)
+            cpu.setdefault((system, batch, count, jobs), []).append(busy)
+            line += f"  CPU {busy / jobs * 1e6:,.0f} µs a recipient"
+        say(line)
 
-    for rep in range(1, args.repetitions + 1):
-        say(f"repetition {rep} of {args.repetitions}")
-        for batch in batches:
-            for count in workers:
-                _throughput(want, args, audience, batch, count, record)
-        if "peers" in want:
-            from bench import peers
-
-            for count in workers:
-                record("procrastinate", None, count, args.procrastinate_jobs,
-                       peers.procrastinate_run(jobs=args.procrastinate_jobs, workers=count))
-        if "smtp" in want:
-            _smtp(args, audience, record)
-            signing.append(_dkim(args, record))
+    with sampler:
+        _repetitions(args, want, batches, workers, audience, record, signing)
     for (system, batch, count, jobs), seconds in series.items():
         entry = {"system": system, "batch": batch, "workers": count, "jobs": jobs, "seconds": seconds}
+        if (system, batch, count, jobs) in cpu:
+            entry["cpu_seconds"] = cpu[system, batch, count, jobs]
         results["smtp" if system.startswith(("smtp", "smtplib")) else "throughput"].append(entry)
 
     if signing:
@@ -205,6 +204,35 @@ def measure(args: argparse.Namespace) -> dict:
         results["smtp_latency"] = _smtp_latency(args)
     results["machine"]["load"] += f"; at the end: {machine.load()}"
     return results
+
+
+def _repetitions(args, want, batches, workers, audience, record, signing) -> None:
+    for rep in range(1, args.repetitions + 1):
+        say(f"repetition {rep} of {args.repetitions}")
+        for batch in batches:
+            for count in workers:
+                _throughput(want, args, audience, batch, count, record)
+        if "peers" in want:
+            from bench import peers
+
+            for count in workers:
+                record("procrastinate", None, count, args.procrastinate_jobs,
+                       peers.procrastinate_run(jobs=args.procrastinate_jobs, workers=count))
+        if "smtp" in want:
+            _smtp(args, audience, record)
+            signing.append(_dkim(args, record))
+
+
+def _clocked_window(system: str) -> tuple[float, float] | None:
+    """The clock of the run just recorded, epoch seconds: the engine's (campaign resumed to
+    finished), or a pool's (the go to the last worker's end); None for the SMTP family's."""
+    from bench import engine, procs
+
+    if system == "engine":
+        return engine.last_window
+    if system in ("ceiling", "ceiling+hand_over", "minimal ceiling", "pgqueuer", "procrastinate"):
+        return procs.last_window
+    return None
 
 
 def _throughput(want, args, audience, batch, count, record) -> None:

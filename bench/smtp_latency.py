@@ -49,15 +49,15 @@ measures the machine's CPU, not the receiver's latency.
 
 from __future__ import annotations
 
-import bisect
 import math
 import multiprocessing
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.procs import CpuSampler
 
 PER_MESSAGE = 0.0015  # seconds a message costs beside the delay (1-5 ms seen on 2 busy cores)
 RATE_CAP = 2000.0  # messages/s: about what one sink and one sending process reach at no delay
@@ -105,7 +105,7 @@ def measure(*, delays_ms: list[int], connections: list[int], seconds: float, per
                   per_connection=per_connection)
     timings = {point: {name: [] for name in contenders} for point in points}
     cpu = {point: {name: [] for name in contenders} for point in points}  # busy core-seconds
-    with smtp.Sink() as sink, _CpuSampler() as sampler:
+    with smtp.Sink() as sink, CpuSampler() as sampler:
         for rep in range(1, repetitions + 1):
             say(f"smtp-latency: repetition {rep} of {repetitions}")
             for point in points:
@@ -204,45 +204,3 @@ def _burn(share: float, stop) -> None:
         while time.perf_counter() - started < busy:
             pass
         time.sleep(Hog.PERIOD - busy)
-
-
-class _CpuSampler:
-    """The machine's busy CPU-seconds, sampled every EVERY seconds on a thread of its own."""
-
-    EVERY = 0.02
-
-    def __init__(self) -> None:
-        self._times: list[float] = []
-        self._busy: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> _CpuSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def busy_between(self, start: float, end: float) -> float:
-        """CPU-seconds between two epoch times (the nearest samples inside the window)."""
-        first = bisect.bisect_left(self._times, start)
-        last = bisect.bisect_right(self._times, end) - 1
-        if last <= first:
-            return 0.0
-        covered = self._times[last] - self._times[first]
-        return (self._busy[last] - self._busy[first]) * (end - start) / covered
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.EVERY):
-            self._times.append(time.time())
-            self._busy.append(_busy_seconds())
-
-
-def _busy_seconds() -> float:
-    """CPU-seconds the whole machine has spent not idle since boot (all cores, every process)."""
-    with open("/proc/stat") as stat:
-        fields = [int(value) for value in stat.readline().split()[1:]]
-    idle = fields[3] + fields[4]  # idle, iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")

@@ -3,7 +3,10 @@ the targets live in `make bench`, never in a test)."""
 
 from __future__ import annotations
 
-from bench import report
+import os
+import time
+
+from bench import procs, report
 
 RESULTS = {
     "config": {"recipients": 1000, "repetitions": 2, "batch_sizes": "20,500", "workers": "1,2",
@@ -82,6 +85,35 @@ def test_targets_are_ratios_in_the_same_run():
     assert rows[f"{goodput} (its bucket configured at 2× the limit)"] == ("0.99×", "**met**")
     o_batch = "at 1,000,000 rows reads what it does at 100,000 (growth_sends rows; O(batch))"
     assert rows[f"claim_paced {o_batch}"] == ("1.00×", "**met**")
+
+
+def test_each_contender_s_cpu_a_recipient_and_what_it_bounds():
+    results = {**RESULTS, "machine": {**RESULTS["machine"], "cores": "2 logical, 1 physical"},
+               "throughput": [
+                   {**entry, "cpu_seconds": {"engine": [0.10, 0.14], "pgqueuer": [0.12, 0.12],
+                                             "minimal ceiling": [0.05, 0.05]}[entry["system"]]}
+                   for entry in [*RESULTS["throughput"],
+                                 {"system": "minimal ceiling", "batch": 500, "workers": 1,
+                                  "jobs": 1000, "seconds": [0.5, 0.5]}]
+                   if entry["system"] in ("engine", "pgqueuer", "minimal ceiling")]}
+    text = report.markdown(results)
+    # engine b500: 1,000 recipients at 1,000/s on 2 cores, 0.12 s of CPU (the median of 0.10 and
+    # 0.14): 120 µs a recipient, 6 % of the cores; pgqueuer's 120 µs and the minimal ceiling's 50
+    assert "| 500 | 1 | 120 | – | – | 50 | 120 | 6% | 1.00× | 0.42× |" in text
+    assert "| 20 | 2 | 120 | – | – | – | – | 2% | – | – |" in text  # 333 recipients/s there
+    assert "### CPU a recipient" not in report.markdown(RESULTS)  # runs made before it was measured
+
+
+def test_the_cpu_sampler_counts_the_cores_kept_busy():
+    with procs.CpuSampler() as sampler:
+        time.sleep(0.1)
+        started = time.time()
+        while time.time() - started < 0.5:  # this process keeps one core busy
+            pass
+        ended = time.time()
+        time.sleep(0.1)
+    assert 0.4 <= sampler.busy_between(started, ended) <= 0.5 * (os.cpu_count() or 1) + 0.1
+    assert sampler.busy_between(ended + 10, ended + 20) == 0.0  # nothing sampled then
 
 
 def test_markdown_puts_targets_first_and_shows_noise(tmp_path):
