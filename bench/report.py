@@ -11,6 +11,9 @@ How each figure is taken (details in each module's docstring under `bench/`):
 
 - **recipients/s** = N / seconds; the median of the repetitions is shown, with the spread
   (max − min) / median of the runs beside it when it is over 10 %.
+- **CPU a recipient** (throughput family): the whole machine's busy CPU-seconds (`/proc/stat`,
+  sampled every 20 ms) over each run's clock, ÷ N: the workers, PostgreSQL when it runs on the
+  same machine, and the bench's own polling; another load on the machine would count too.
 - **engine**: real `run_sender` processes, `SENDER_TRANSPORT=growth.sending.transports.null.NullTransport`
   (every message rendered to bytes, none sent), logging at INFO. Recipients are built (by the
   engine's build), `growth_sends` is VACUUM ANALYZEd (so every contender starts from the same
