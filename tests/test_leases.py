@@ -11,7 +11,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from growth.managers.leases import SUPPRESSED, Lease, LeaseHandOver, Pacing
@@ -362,6 +362,70 @@ def test_a_cancel_that_waits_for_a_claim_leaves_that_claims_rows_to_its_settle()
     [lease] = leases
     assert _settle(lease) == {row.id: "sent" for row in lease.rows}
     assert sorted(status for status, _ in _rows(campaign).values()) == ["cancelled"] * 4 + ["sent"] * 2
+
+
+def _dead_workers_leases(campaign: Campaign) -> tuple[Lease, Lease]:
+    """A plain receiver's two chunks, claimed by a worker that died after handing the second
+    over, both expired."""
+    unsent, handed = _claim_leases(campaign, "dead", batch_size=4, chunk_size=2)
+    assert SendLease.objects.hand_over(handed.id, worker_id="dead")
+    _expire(unsent.id)
+    _expire(handed.id)
+    return unsent, handed
+
+
+def _until_blocked(timeout: float = 3.0) -> None:
+    """Wait until another session of this database waits for a lock (the race is staged), or
+    for ``timeout``: a statement that should have waited and did not has run by then, and the
+    caller's checks of what it left find it."""
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            # the statistics are read once a transaction, and the caller is in one
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                           " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.01)
+
+
+def _recover() -> None:
+    SendLease.objects.recover(idempotent=False, max_attempts=5)
+
+
+@pytest.mark.parametrize("first", ["recovery", "cancel"])
+def test_a_recovery_racing_a_cancel_leaves_no_lease_and_no_row_to_send(first):
+    """Staged by hand, either way round: one holds the campaign, uncommitted, while the other
+    waits for it. Recovery reads the campaign FOR SHARE: a lease it freed before the cancel is
+    then ended by the cancel, and after it, none is freed. Either way nothing is left queued in
+    the cancelled campaign, where no claim would reach it, and the chunk that went on the wire
+    stays in doubt ('unknown'), never 'cancelled'."""
+    campaign = leased_campaign(count=6)
+    _, handed = _dead_workers_leases(campaign)
+    holding = threading.Event()
+
+    def cancel() -> None:
+        Campaign.objects.cancel(campaign_id=campaign.id)
+
+    def hold_then_wait(i: int) -> None:
+        one, other = (_recover, cancel) if first == "recovery" else (cancel, _recover)
+        if i == 0:
+            with transaction.atomic():
+                one()
+                holding.set()
+                _until_blocked()
+            return
+        assert holding.wait(10)
+        other()
+
+    concurrently(2, hold_then_wait)
+    rows = {send_id: status for send_id, (status, _) in _rows(campaign).items()}
+    assert {rows[row.id] for row in handed.rows} == {"unknown"}
+    assert {status for send_id, status in rows.items()
+            if send_id not in {row.id for row in handed.rows}} == {"cancelled"}
+    assert not SendLease.objects.filter(campaign=campaign).exists()
+    assert Campaign.objects.get(id=campaign.id).status == "cancelled"
 
 
 def test_a_follow_up_leaves_the_originals_leased_rows_to_it_and_counts_them_on_the_wire():
