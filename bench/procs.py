@@ -146,8 +146,10 @@ class CpuSampler:
 
 
 def _busy_seconds() -> float:
-    """CPU-seconds the whole machine has spent not idle since boot (all cores, every process)."""
+    """CPU-seconds the whole machine has spent not idle since boot (all cores, every process):
+    user, nice, system, irq and softirq; not iowait, nor a virtual machine's steal (its cores
+    kept waiting by the host's other guests: not work of ours)."""
     with open("/proc/stat") as stat:
-        fields = [int(value) for value in stat.readline().split()[1:]]
-    idle = fields[3] + fields[4]  # idle, iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+        user, nice, system, _idle, _iowait, irq, softirq = (
+            int(value) for value in stat.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
