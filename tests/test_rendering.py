@@ -10,9 +10,11 @@ from urllib.parse import urlsplit
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.mail import EmailMultiAlternatives
+from django.template import Context, Engine
 from django.urls import resolve
 
 from growth.job_ids import message_id
+from growth.sending import rendering
 from growth.sending.rendering import CampaignContent, CampaignRenderer, check_content
 from growth.sending.unsubscribe import UnsubscribeTarget, read_token
 from tests.factories import AccountFactory, CampaignFactory, SubscriberFactory
@@ -351,3 +353,18 @@ def test_check_content_refuses_a_template_syntax_error(field, source):
 def test_check_content_reports_every_bad_field_at_once():
     errors = errors_of(subject="", body_text="", body_html="{% if %}")
     assert set(errors) == {"subject", "body_text", "body_html"}
+
+
+@pytest.mark.parametrize("source", [
+    "no variable at all",
+    "{{ email }}",
+    "Hi {{email}}, {{ email }} again; {{ nobody_knows_me }}.",
+    "{ a brace } {{ unsubscribe_url }} {{x}}{{ email }}",
+    "Ünïcode {{ email }}\r\nline two",
+])
+@pytest.mark.parametrize("html", [False, True], ids=["text", "html"])
+def test_a_template_that_only_prints_variables_renders_as_djangos_engine_would(source, html):
+    values = {"email": "o'brien&co@example.com", "unsubscribe_url": "https://x.example/u/T?a=1&b=<2>"}
+    fast = rendering._compile(source, html=html)
+    django = Engine(autoescape=html).from_string(source).render(Context(values, autoescape=html))
+    assert fast(values) == django

@@ -78,6 +78,16 @@ class MessageLayout:
         self.boundary = f"==============={secrets.token_hex(12)}=="
         self._date_second = -1
         self._date = ""
+        # the fixed lines, joined once: per message only what varies is put between them
+        self._from_line = f"From: {self.from_header}{CRLF}"
+        self._multipart_head = CRLF.join(self._multipart_header()) + CRLF
+        self._text_part = {encoding: f"--{self.boundary}{CRLF}{_TEXT_PART_HEAD[encoding]}{CRLF}"
+                           for encoding in _TEXT_PART_HEAD}
+        self._html_part = {encoding: CRLF.join([
+            f"{CRLF}--{self.boundary}", 'Content-Type: text/html; charset="utf-8"',
+            "MIME-Version: 1.0", f"Content-Transfer-Encoding: {encoding}", "", ""])
+            for encoding in _TEXT_PART_HEAD}
+        self._end = f"{CRLF}--{self.boundary}--{CRLF}"
 
     def build(self, *, to: str, subject: str, headers: dict[str, str], text: str,
               html: str | None) -> bytes | None:
@@ -88,30 +98,16 @@ class MessageLayout:
         parts_html = _encode_body(html) if html is not None else None
         if parts_text is None or (html is not None and parts_html is None):
             return None
-        lines = [
-            *(self._multipart_header() if self.has_html else _text_part_header(parts_text[0])),
-            f"Subject: {_subject_header(subject)}",
-            f"From: {self.from_header}",
-            f"To: {to}",
-            f"Date: {self._now()}",
-            *(f"{name}: {_header_value(name, value)}" for name, value in headers.items()),
-            "",
-        ]
+        head = (self._multipart_head if self.has_html
+                else _TEXT_PART_HEAD[parts_text[0]])
+        header_lines = "".join([f"{name}: {_header_value(name, value)}{CRLF}"
+                                for name, value in headers.items()])
+        lines = (f"{head}Subject: {_subject_header(subject)}{CRLF}{self._from_line}To: {to}{CRLF}"
+                 f"Date: {self._now()}{CRLF}{header_lines}{CRLF}")
         if not self.has_html:
-            return (CRLF.join(lines) + CRLF + parts_text[1]).encode("utf-8")
-        return CRLF.join([
-            *lines,
-            f"--{self.boundary}",
-            *_text_part_header(parts_text[0]),
-            "",
-            parts_text[1] + CRLF + f"--{self.boundary}",
-            'Content-Type: text/html; charset="utf-8"',
-            "MIME-Version: 1.0",
-            f"Content-Transfer-Encoding: {parts_html[0]}",
-            "",
-            parts_html[1] + CRLF + f"--{self.boundary}--",
-            "",
-        ]).encode("utf-8")
+            return (lines + parts_text[1]).encode("utf-8")
+        return (lines + self._text_part[parts_text[0]] + parts_text[1]
+                + self._html_part[parts_html[0]] + parts_html[1] + self._end).encode("utf-8")
 
     def _multipart_header(self) -> list[str]:
         return [f'Content-Type: multipart/alternative; boundary="{self.boundary}"',
@@ -128,6 +124,11 @@ class MessageLayout:
 def _text_part_header(transfer_encoding: str) -> list[str]:
     return ['Content-Type: text/plain; charset="utf-8"', "MIME-Version: 1.0",
             f"Content-Transfer-Encoding: {transfer_encoding}"]
+
+
+# a text part's header lines, each line ended, by its transfer encoding
+_TEXT_PART_HEAD = {encoding: CRLF.join(_text_part_header(encoding)) + CRLF
+                   for encoding in ("7bit", "8bit")}
 
 
 def _encode_body(body: str) -> tuple[str, str] | None:
