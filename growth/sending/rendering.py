@@ -137,8 +137,8 @@ class CampaignRenderer:
 def _compile(source: str, *, html: bool) -> Callable[[dict[str, str]], str]:
     """Return a function rendering ``source`` with the per-recipient values.
 
-    A template that only prints variables (the common case) becomes a ``str.format_map``;
-    anything else (tags, filters) is a compiled Django template.
+    A template that only prints variables (the common case) becomes a join of its fixed text
+    and the values; anything else (tags, filters) is a compiled Django template.
     """
     pieces = _BARE_VARIABLE.split(source)
     literals, names = pieces[::2], pieces[1::2]
