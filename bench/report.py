@@ -726,7 +726,8 @@ def _huge(huge: dict) -> list[str]:
     size = huge["size"]
     seconds, sizes = huge["build"]["seconds"], huge["build"]["bytes"]
     out = ["", f"## One campaign of {size:,} recipients (`--only huge`, batch {huge['batch']}; "
-               f"the server's autovacuum: {huge['autovacuum']})", ""]
+               f"the {huge.get('protocol', 'rows')} protocol; the server's autovacuum: "
+               f"{huge['autovacuum']})", ""]
     if huge["disk"]["asked"] != size:
         out += [f"**Asked for {huge['disk']['asked']:,}; {size:,} is what fits** in half the "
                 f"{huge['disk']['free'] / 2**30:.0f} GiB free.", ""]
