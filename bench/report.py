@@ -726,7 +726,7 @@ def _huge(huge: dict) -> list[str]:
     size = huge["size"]
     seconds, sizes = huge["build"]["seconds"], huge["build"]["bytes"]
     out = ["", f"## One campaign of {size:,} recipients (`--only huge`, batch {huge['batch']}; "
-               f"the {huge.get('protocol', 'rows')} protocol; the server's autovacuum: "
+               f"send protocol: {huge.get('protocol', 'rows')}; the server's autovacuum: "
                f"{huge['autovacuum']})", ""]
     if huge["disk"]["asked"] != size:
         out += [f"**Asked for {huge['disk']['asked']:,}; {size:,} is what fits** in half the "
