@@ -38,6 +38,9 @@ SELECT claimed_to FROM growth_send_cursors WHERE campaign_id = %(campaign_id)s F
 --    of them are walked, and those of a paced destination among them are set aside: due now,
 --    behind the cursor, where 2 takes them as their destination's tokens allow. A row set aside
 --    costs a second write; only a paced destination's rows, sent at the paced rate, pay it.
+-- The walk in 3 reads send_queued_by_campaign in id order, index-only (it carries the
+-- destination): read from the destination index instead, every queued row past the cursor was
+-- read and sorted on each claim (migration 0021).
 -- Whatever is behind the cursor, queued and in no lease has next_attempt_at set: that is how 2
 -- finds it. The opt-out check is a read; the settle writes what it found ('suppressed'). The
 -- rows come back with the attempt this claim makes, 'sending' or 'suppressed', and their lease's
