@@ -421,9 +421,9 @@ class Send(models.Model):
             # the claim (the worker serves campaigns in turn) walks this; only queued rows are in
             # it, so it stays small. No (id) WHERE queued beside it: the planner took that one
             # for a campaign's claim and read every older campaign's queued rows first. With the
-            # destination, the walks that read it (the lease claim's, claim_paced's) are
-            # index-only here too: without it the planner could take the next index, out of id
-            # order, and sort all of the campaign's queued rows on every claim (migration 0021)
+            # destination, the lease claim's walk past its cursor (which reads it) is index-only
+            # here too: without it, on a vacuumed table, the planner took the next index, out of
+            # id order, and sorted all of the campaign's queued rows on every claim (0021)
             models.Index(fields=["campaign", "id"], include=["destination_id"],
                          name="send_queued_by_campaign", condition=Q(status="queued")),
             # the claim's share of a paced destination (as many rows as its tokens allow)

@@ -1,13 +1,15 @@
-"""send_queued_by_campaign carries each row's destination (INCLUDE), so that a walk of a campaign's
-queued rows in id order that also reads the destination (the lease claim's walk past the cursor,
-claim_paced's window) is an index-only scan of it, in order, stopped by its LIMIT.
+"""send_queued_by_campaign carries each row's destination (INCLUDE), so that the lease claim's walk
+past its cursor, which reads the destination (to set a paced one's rows aside), is an index-only
+scan of it in id order, stopped by its LIMIT.
 
-Without it, the planner could read those walks from send_queued_by_destination, index-only but
-ordered by destination: every queued row of the campaign past the cursor, then sorted (on disk
-from some 100,000 rows) on every claim. It did so whenever it estimated the walk at one row (its
-row comparison is estimated from campaign_id alone): the first claims of a worker, or every
-claim while claimed rows stayed queued. At 100,000 recipients a claim took 18 ms at the front
-and fell with the rows left; with the destination here, 2 ms throughout.
+Without it, on a vacuumed table (where the visibility map makes an index-only scan look cheap),
+the planner read that walk from send_queued_by_destination, index-only but ordered by
+destination: every queued row of the campaign past the cursor, then sorted (on disk from some
+100,000 rows), on every claim that took that plan. It estimates the walk's row comparison from
+campaign_id alone, at about one row for the newest campaign, and then the sort looks free. At
+100,000 recipients a claim took 18 ms at the front and fell with the rows left; with the
+destination here, 2 ms throughout. At 1,000,000, right after a VACUUM: 128.6 ms and 500,500 rows
+read a claim, against 6.3 ms and 1,001.
 
 The new index is built CONCURRENTLY under another name, the old one dropped CONCURRENTLY, then
 the new one renamed: the claim always has one of them.
