@@ -4,7 +4,11 @@ procrastinate (the Django-native PostgreSQL job queue) fetches one job per round
 batch size; pgqueuer dequeues in batches (``batch_size``). Both run as separate processes with
 async no-op tasks, released together, and are timed from the go to the last worker's exit (each
 exits once the queue is empty: procrastinate ``wait=False``, pgqueuer ``mode=drain``). Enqueueing
-is not on the clock.
+is not on the clock. Their tables are VACUUM ANALYZEd once the jobs are in, as the engine's and the
+minimal ceiling's are once their rows are built. Without it, on a server whose autovacuum is off
+(this machine's PostgreSQL 15), pgqueuer ran on a table without statistics: 16,923/s against
+19,330/s with one worker, 26,464/s against 29,033/s with two (50,000 jobs, batch 500, three
+interleaved pairs, medians).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from bench.procs import timed_pool
 
 QUEUE = "bench"
 ENQUEUE_CHUNK = 10_000  # jobs per enqueue call
+PROCRASTINATE_TABLES = ("procrastinate_jobs", "procrastinate_events", "procrastinate_workers")
+PGQUEUER_TABLES = ("pgqueuer", "pgqueuer_log", "pgqueuer_statistics")
 
 
 def db_params() -> dict[str, str | None]:
@@ -67,10 +73,11 @@ def procrastinate_run(*, jobs: int, workers: int) -> float:
         async with app.open_async():
             if not await _has_table("procrastinate_jobs"):
                 await app.schema_manager.apply_schema_async()
-            await _truncate("procrastinate_jobs", "procrastinate_events", "procrastinate_workers")
+            await _truncate(*PROCRASTINATE_TABLES)
             for start in range(0, jobs, ENQUEUE_CHUNK):
                 await noop.batch_defer_async(
                     *({"recipient": n} for n in range(start, min(start + ENQUEUE_CHUNK, jobs))))
+        await _vacuum_analyze(*PROCRASTINATE_TABLES)
 
     asyncio.run(prepare())
     result = timed_pool(workers, procrastinate_work, params)
@@ -125,6 +132,7 @@ def pgqueuer_run(*, jobs: int, workers: int, batch_size: int) -> float:
                 await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
         finally:
             await conn.close()
+        await _vacuum_analyze(*PGQUEUER_TABLES)
 
     asyncio.run(prepare())
     result = timed_pool(workers, pgqueuer_work, params, batch_size)
@@ -146,6 +154,15 @@ async def _truncate(*tables: str) -> None:
         connection.close()
 
     await asyncio.to_thread(truncate)
+
+
+async def _vacuum_analyze(*tables: str) -> None:
+    def vacuum_analyze() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM ANALYZE {', '.join(tables)}")
+        connection.close()
+
+    await asyncio.to_thread(vacuum_analyze)
 
 
 def _count(sql: str) -> int:

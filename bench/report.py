@@ -36,7 +36,8 @@ How each figure is taken (details in each module's docstring under `bench/`):
   PostgreSQL writes at the least; the engine's target is 0.6× it.
 - **pgqueuer** (asyncpg driver, `batch_size` = the batch size, drain mode) and **procrastinate**
   (one job per fetch: no batch size; concurrency 1 per process) run async no-op tasks, one job per
-  recipient, one process per worker; enqueueing is not on the clock.
+  recipient, one process per worker; enqueueing is not on the clock, and their tables are VACUUM
+  ANALYZEd once the jobs are in, as the engine's `growth_sends` is once its rows are built.
 - **SMTP**: an aiosmtpd sink on loopback in its own process, advertising PIPELINING as real
   relays do (the engine sends each envelope in one write; smtplib cannot). `run_sender` with the
   default Django SMTP backend (plain receiver: a hand-over commit every `SENDER_HANDOFF_CHUNK` = 5
