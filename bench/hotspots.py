@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from bench import data, engine
@@ -34,7 +35,12 @@ PHASES = [
     ("growth/managers/campaigns.py", "CampaignManager.start_due", "start_due (UPDATE campaigns)"),
     ("growth/managers/sends.py", "SendManager.unbuilt_campaigns", "unbuilt_campaigns (SELECT)"),
     ("growth/sending/worker.py", "Worker._recover", "recover_expired (UPDATE)"),
-    ("growth/managers/sends.py", "SendManager.claim", "claim (UPDATE ... SKIP LOCKED)"),
+    ("growth/managers/campaigns.py", "CampaignManager.sending", "the sending campaigns (SELECT)"),
+    ("growth/managers/limits.py", "RateLimitManager.take_destinations",
+     "paced destinations' tokens (UPDATE rate limits)"),
+    ("growth/managers/sends.py", "SendManager.claim", "claim, row protocol (UPDATE ... SKIP LOCKED)"),
+    ("growth/managers/leases.py", "LeaseManager.claim", "claim, lease protocol (cursor lock + lease)"),
+    ("growth/managers/sends.py", "SendManager.blocked", "opt-out read before the wire (SELECT)"),
     ("growth/sending/worker.py", "Worker._render", "render (per recipient)"),
     ("growth/sending/unsubscribe.py", "LinkMaker.url", "  of which: unsubscribe link (signing)"),
     ("django/core/mail/message.py", "EmailMultiAlternatives.__init__",
@@ -96,12 +102,14 @@ def ceiling_cost(*, audience, batch_size: int, hand_over: bool) -> dict:
 
 
 def spy(*, audience, batch_size: int, out: Path, rate: int = 250, name: str = "null",
-        env: dict[str, str] | None = None, leases: bool = False) -> dict:
+        env: dict[str, str] | None = None, leases: bool | None = None) -> dict:
     """Profile one run_sender over the audience; return the summary (and write the raw stacks).
 
     ``env`` overrides the worker's environment (default: the null transport); ``leases``: the
-    campaign built for the lease protocol.
+    campaign built for the lease protocol (None: as run_sender builds them, SENDER_PROTOCOL).
     """
+    if leases is None:
+        leases = settings.SENDER_PROTOCOL == "leases"
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     campaign_id = data.built_and_paused(audience, leases=leases)
     senders = engine.start_senders(
@@ -125,7 +133,7 @@ def spy(*, audience, batch_size: int, out: Path, rate: int = 250, name: str = "n
     finally:
         engine.stop(senders)
     return {"seconds": finished - started, "phases": summarize(raw), "raw": str(raw),
-            **write_cost(before, audience.size)}
+            "protocol": "leases" if leases else "rows", **write_cost(before, audience.size)}
 
 
 def summarize(raw: Path) -> list[tuple[str, float, float]]:
@@ -168,9 +176,9 @@ def top_self(raw: Path, limit: int = 15) -> list[tuple[str, float]]:
 # -- EXPLAIN ANALYZE ------------------------------------------------------------------------------
 
 def _explain(statement: str, params: dict) -> tuple[float, str]:
-    settings, statement = split_settings(statement)
+    set_locals, statement = split_settings(statement)
     with connection.cursor() as cursor:
-        cursor.execute(settings + "EXPLAIN (ANALYZE, BUFFERS) " + statement, params)
+        cursor.execute(set_locals + "EXPLAIN (ANALYZE, BUFFERS) " + statement, params)
         while cursor.nextset():  # past the statement's SET LOCALs
             pass
         plan = "\n".join(row[0] for row in cursor.fetchall())

@@ -324,8 +324,8 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
     if profile:
         spy = profile["spy"]
         out += ["", f"## Where one worker's time goes (py-spy, batch {profile['batch']}, "
-                    f"{profile['size']:,} recipients, {profile['size'] / spy['seconds']:,.0f} /s "
-                    "under the profiler)", "",
+                    f"{profile['size']:,} recipients, send protocol: {spy.get('protocol', 'rows')}, "
+                    f"{profile['size'] / spy['seconds']:,.0f} /s under the profiler)", "",
                 "Share of the samples inside `Worker.cycle` (idle waits on PostgreSQL included).", "",
                 "| phase | inclusive | self |", "|---|---|---|"]
         out += [f"| {label} | {inc:.1f} % | {own:.1f} % |" for label, inc, own in spy["phases"]
