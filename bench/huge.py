@@ -541,11 +541,19 @@ def measure(*, size: int, out: Path, say) -> dict:
     plans = [f"=== {name}, {label} ({figures['sent']:,} sent): {c['ms']:.2f} ms\n{c['plan']}\n"
              for label, figures in results["moments"].items() for name, c in figures["claims"].items()]
     (out / "huge-plans.txt").write_text("\n".join(plans))
+    results["plans"] = _shown(out / "huge-plans.txt")
     for figures in results["moments"].values():
         for c in figures["claims"].values():
             c.pop("plan")
     data.fresh_sends()
     return results
+
+
+def _shown(path: Path) -> str:
+    """The path as the report names it: from the repository's root when it is inside it."""
+    root = Path(settings.BASE_DIR).resolve()
+    path = path.resolve()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def download(campaign_id: int) -> None:

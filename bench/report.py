@@ -746,7 +746,8 @@ def _huge(huge: dict) -> list[str]:
                 + ".", "",
             "The claim of one campaign and the settle of the batch it took (EXPLAIN (ANALYZE, "
             "BUFFERS), median of 5 after a warm-up, rolled back; *thrown away*: rows a join paired "
-            "and its Join Filter rejected; plans in `bench/out/huge-plans.txt`):", "",
+            f"and its Join Filter rejected; plans in `{huge.get('plans', 'bench/out/huge-plans.txt')}`):",
+            "",
             "| moment | sent | claim ms | buffers (read) | growth_sends rows read | claim_paced ms "
             "| buffers (read) | growth_sends rows read | settle ms | buffers | thrown away |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -204,6 +204,12 @@ def test_minimal_ceiling_directions_and_a_huge_campaign():
             "| – | – | – |") in text
     assert ("| built | 0 | 5.00 | 20,000 (0) | 1,500 | 6.00 | 21,000 (0) | 1,500 | 80.00 | 22,000 "
             "| 249,500 |") in text
+    assert "plans in `bench/out/huge-plans.txt`)" in text  # a run that did not say where
+
+
+def test_the_huge_report_names_the_plans_file_its_run_wrote():
+    text = report.markdown({**RESULTS, "huge": {**HUGE, "plans": "/tmp/elsewhere/huge-plans.txt"}})
+    assert "plans in `/tmp/elsewhere/huge-plans.txt`)" in text
 
 
 def _moment(page_ms: float, claim_buffers: int) -> dict:
