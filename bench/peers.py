@@ -148,21 +148,21 @@ async def _has_table(name: str) -> bool:
 
 
 async def _truncate(*tables: str) -> None:
-    def truncate() -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
-        connection.close()
-
-    await asyncio.to_thread(truncate)
+    await _execute(f"TRUNCATE {', '.join(tables)} CASCADE")
 
 
 async def _vacuum_analyze(*tables: str) -> None:
-    def vacuum_analyze() -> None:
+    await _execute(f"VACUUM ANALYZE {', '.join(tables)}")
+
+
+async def _execute(sql: str) -> None:
+    """Run ``sql`` on Django's connection, off the event loop (and close it there, its thread's)."""
+    def execute() -> None:
         with connection.cursor() as cursor:
-            cursor.execute(f"VACUUM ANALYZE {', '.join(tables)}")
+            cursor.execute(sql)
         connection.close()
 
-    await asyncio.to_thread(vacuum_analyze)
+    await asyncio.to_thread(execute)
 
 
 def _count(sql: str) -> int:
