@@ -11,6 +11,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -111,6 +112,12 @@ def fresh_sends() -> None:
         cursor.execute("TRUNCATE growth_sends CASCADE")  # and what refers to it (feedback events)
         cursor.execute("UPDATE growth_campaigns SET status = 'cancelled', finished_at = now() "
                        "WHERE status IN ('draft', 'approved', 'sending', 'paused')")
+
+
+def on_leases() -> bool:
+    """Campaigns are built for the lease protocol, as run_sender builds them (SENDER_PROTOCOL):
+    their claims and settles are then that protocol's (leases.sql)."""
+    return settings.SENDER_PROTOCOL == "leases"
 
 
 def built_and_paused(audience: Audience, *, html: bool = True, leases: bool = False) -> int:

@@ -78,7 +78,7 @@ def run(*, audience, batch_size: int, workers: int, out: Path, transport: str = 
     (``leases``: the campaign built for the lease protocol; None: as the bench's own
     SENDER_PROTOCOL says, as run_sender's build would)."""
     if leases is None:
-        leases = settings.SENDER_PROTOCOL == "leases"
+        leases = data.on_leases()
     campaign_id = data.built_and_paused(audience, leases=leases)
     extra = {"SENDER_TRANSPORT": transport, **(env or {})}
     senders = start_senders(workers, env=sender_env(**extra), log_dir=out / "logs",

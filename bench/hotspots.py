@@ -20,7 +20,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from django.conf import settings
 from django.db import connection, transaction
 
 from bench import data, engine
@@ -109,7 +108,7 @@ def spy(*, audience, batch_size: int, out: Path, rate: int = 250, name: str = "n
     campaign built for the lease protocol (None: as run_sender builds them, SENDER_PROTOCOL).
     """
     if leases is None:
-        leases = settings.SENDER_PROTOCOL == "leases"
+        leases = data.on_leases()
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     campaign_id = data.built_and_paused(audience, leases=leases)
     senders = engine.start_senders(

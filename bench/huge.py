@@ -71,12 +71,6 @@ SETTLE_POLICY = {"retry_for": 48 * 3600.0, "throttle_delay": 1.0, "backoff_base"
 NO_FLUSH_WAIT = "SET LOCAL synchronous_commit = off;\n"  # as the engine commits claims and settles
 
 
-def on_leases() -> bool:
-    """The campaign is built for the lease protocol, as run_sender builds them (SENDER_PROTOCOL):
-    the claims, the settle and the bare loop are then that protocol's (leases.sql)."""
-    return settings.SENDER_PROTOCOL == "leases"
-
-
 def _lease_claim_params(campaign_id: int, worker_id: str, pacing: Pacing = UNPACED) -> dict:
     return {"campaign_id": campaign_id, "worker_id": worker_id, "batch_size": BATCH,
             "chunk_size": BATCH, "lease": 300.0, "hand_over": True, **pacing.params}
@@ -142,7 +136,7 @@ def builds(audience, say) -> tuple[int, dict]:
         say(f"huge: build, {way} INSERT…SELECT: {seconds[way]:.0f} s")
     campaign_id = _started_campaign(audience)
     started = time.perf_counter()
-    created = Send.objects.build_recipients(campaign_id=campaign_id, leases=on_leases())
+    created = Send.objects.build_recipients(campaign_id=campaign_id, leases=data.on_leases())
     seconds["engine"] = time.perf_counter() - started
     assert created == audience.size, f"engine built {created} of {audience.size}"
     say(f"huge: build, engine: {seconds['engine']:.0f} s "
@@ -156,7 +150,7 @@ def _claims(campaign_id: int) -> dict:
     """The claim and the paced claim's plan figures (see pacing.explain), text plans beside. On
     leases, "claim_paced" is the lease claim while a destination without rows is paced: its walk
     of at most 4 batches past the cursor."""
-    if on_leases():
+    if data.on_leases():
         return _plan_figures({
             "claim": (LEASE_QUERIES["claim"], _lease_claim_params(campaign_id, "explain")),
             "claim_paced": (LEASE_QUERIES["claim"], _lease_claim_params(
@@ -185,7 +179,7 @@ def _plan_figures(statements: dict[str, tuple[str, dict]]) -> dict:
             "read": root.get("Shared Read Blocks", 0),
             "sends_read": pacing._rows_read(root, "growth_sends"),
             # a lease claim writes no send row: its rows are what it returns
-            "claimed": round(root.get("Actual Rows", 0)) if on_leases() else pacing._claimed(root),
+            "claimed": round(root.get("Actual Rows", 0)) if data.on_leases() else pacing._claimed(root),
             "plan": pacing._explained(sql, params, text=True)}
     return figures
 
@@ -199,7 +193,7 @@ def _join_filtered(node: dict) -> int:
 def _claim_and_settle(campaign_id: int, worker_id: str) -> tuple[str, dict, str]:
     """The protocol's claim of a batch (handed over at once, as with the null transport), its
     parameters, and its settle."""
-    if on_leases():
+    if data.on_leases():
         return (LEASE_QUERIES["claim"], _lease_claim_params(campaign_id, worker_id),
                 LEASE_QUERIES["settle"])
     return (QUERIES["claim"], {"worker_id": worker_id, "batch_size": BATCH, "lease": 300.0,
@@ -215,7 +209,7 @@ def _settle_params(claimed: list[dict], campaign_id: int, worker_id: str) -> dic
               "campaign_id": campaign_id, "outcomes": ["sent"] * len(ids),
               "provider_ids": ["null"] * len(ids), "errors": [""] * len(ids),
               "retry_afters": [None] * len(ids), "worker_id": worker_id, **SETTLE_POLICY}
-    if on_leases():
+    if data.on_leases():
         (lease_id,) = {row["lease_id"] for row in claimed}
         params.update(lease_id=lease_id, idempotent=True)
     return params
@@ -476,7 +470,7 @@ def neighbours(size: int, say) -> dict:
         campaign_id = data.approved_campaign(small)
         assert Campaign.objects.start_due() == [campaign_id], "another campaign was due"
         started = time.perf_counter()
-        assert Send.objects.build_recipients(campaign_id=campaign_id, leases=on_leases()) == size
+        assert Send.objects.build_recipients(campaign_id=campaign_id, leases=data.on_leases()) == size
         built = time.perf_counter() - started
         say(f"huge: a campaign of {size:,} {label} "
             + (f"{rows:,} rows of a finished one" if label == "beside" else "in growth_sends")
