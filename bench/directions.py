@@ -179,7 +179,8 @@ def statements() -> dict[str, str]:
     engine = load(SENDS_SQL)
     campaigns = load(SENDS_SQL.with_name("campaigns.sql"))
     return {"claim": _on_copies(loaded["claim"]), "settle": _on_copies(loaded["settle"]),
-            **{f"sends.{name}": _on_copies(engine[name]) for name in ("blocked", "retry_unknown")},
+            **{f"sends.{name}": _on_copies(engine[name])
+               for name in ("blocked", "opt_outs_moved", "retry_unknown")},
             **{f"campaigns.{name}": _on_copies(campaigns[name])
                for name in ("lock_campaign", "lock_cursor", "cancel")},
             "workers.held_in_campaign": _on_copies(

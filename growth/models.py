@@ -220,6 +220,21 @@ class Suppression(models.Model):
         super().save(*args, **kwargs)
 
 
+class OptOutClock(models.Model):
+    """How many times a tenant's opt-outs changed in a way that may block a send: a suppression
+    written, a confirmed subscriber no longer confirmed. Moved by triggers (migration 0022) in
+    the writer's own transaction, whoever writes. A worker that looked at its rows' opt-outs and
+    reads the same ticks later knows the look still stands, without looking again
+    (sends.sql, ``_opt_outs_moved``). No row: 0."""
+
+    account = models.OneToOneField(Account, on_delete=models.CASCADE, primary_key=True,
+                                   related_name="+")
+    ticks = models.BigIntegerField(db_default=0)
+
+    class Meta:
+        db_table = "growth_opt_out_clocks"
+
+
 class Campaign(models.Model):
     class Status(models.TextChoices):
         DRAFT = "draft"

@@ -47,6 +47,10 @@ LEASE_MUTANTS: dict[str, tuple[str, str, str]] = {
     # a plain receiver's last check before the wire sees no opt-out
     "lease_hand_over_ignores_opt_outs": (
         "leases.hand_over", "AS blocked\n", "AND false AS blocked\n"),
+    # a receiver that de-duplicates: the look before the wire trusts the claim's, though the
+    # tenant's opt-outs moved since
+    "lease_check_trusts_a_moved_clock": (
+        "sends.opt_outs_moved", "<> %(seen)s::bigint)", "<> %(seen)s::bigint AND false)"),
     # a lease handed to a plain receiver is taken over and sent again
     "lease_recover_frees_handed_for_plain_receiver": (
         "leases.recover", "(%(idempotent)s AND l.takeovers + 1", "(l.takeovers + 1"),

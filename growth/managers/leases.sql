@@ -143,7 +143,8 @@ WITH cursor AS MATERIALIZED (
 )
 -- each row found by its primary key (LATERAL: a probe per row, whatever the table's size);
 -- taken_over: the batch is a free lease (others a dead or stopped worker left may be waiting)
-SELECT claimed.*, held.lease_id, EXISTS (SELECT 1 FROM freed) AS taken_over
+SELECT claimed.*, held.lease_id, EXISTS (SELECT 1 FROM freed) AS taken_over,
+       {{ sends._opt_out_clock }} AS opt_outs
   FROM (SELECT id AS lease_id, unnest(send_ids) AS send_id FROM lease) held
  CROSS JOIN LATERAL (
        SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
@@ -252,7 +253,7 @@ WITH stamped AS MATERIALIZED (
      WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
     RETURNING send_ids
 ), checked AS MATERIALIZED (
-    SELECT s.id, {{ sends._blocked }} AS blocked
+    SELECT s.id, {{ sends._opt_outs_moved }} AND {{ sends._blocked }} AS blocked
       FROM growth_sends s
      WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM stamped))
        AND s.status = 'queued'

@@ -185,8 +185,14 @@ class SendManager(models.Manager):
         (rows,) = QUERIES.together(("hand_over", {"ids": list(send_ids), "worker_id": worker_id}))
         return {row["id"]: row["status"] for row in rows}
 
-    def blocked(self, send_ids: Sequence[int]) -> list[int]:
-        """Return which of these rows an opt-out now blocks (a read: no row is written)."""
+    def blocked(self, send_ids: Sequence[int], *, campaign_id: int | None = None,
+                seen: int | None = None) -> list[int]:
+        """Return which of these rows (of one campaign) an opt-out now blocks (a read: no row is
+        written). ``seen``: the campaign's opt-out clock as the claim that looked at them read it
+        (``Lease.opt_outs``): while it reads the same, none is, and no row is read."""
+        if seen is not None and not QUERIES.one("opt_outs_moved", campaign_id=campaign_id,
+                                                seen=seen)["moved"]:
+            return []  # the claim's look stands
         return QUERIES.column("blocked", ids=array_literal(send_ids))
 
     def settle(self, outcomes: Sequence[Outcome], *, campaign_id: int, worker_id: str,

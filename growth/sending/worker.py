@@ -686,16 +686,19 @@ class Worker:
                              len(deliveries))
         return outcomes
 
-    def _hand_over(self, ids: Sequence[int], *, batch: Batch | None = None) -> dict[int, str]:
+    def _hand_over(self, ids: Sequence[int], *, batch: Batch) -> dict[int, str]:
         """Idempotent receiver, before a batch goes out: return {send id: 'sending' (send it) |
         'suppressed'} for the rows still ours (a plain receiver's chunks: ``_hand_over_chunk``).
         Handed over by the claim already, the rows only need a look at the opt-outs, and that
-        look is a read; the rare blocked row goes through the hand-over to be suppressed (in a
+        look is a read (none, on leases, while the tenant's opt-outs have not moved since the
+        claim's look); the rare blocked row goes through the hand-over to be suppressed (in a
         lease, its settle writes it so)."""
-        blocked = Send.objects.blocked(ids)
-        if batch is not None and batch.leases:
+        if batch.leases:
+            blocked = Send.objects.blocked(ids, campaign_id=batch.campaign_id,
+                                           seen=batch.leases[0].opt_outs)
             batch.withheld.update(blocked)
             return {i: Send.Status.SUPPRESSED if i in blocked else Send.Status.SENDING for i in ids}
+        blocked = Send.objects.blocked(ids)
         handed = Send.objects.hand_over(blocked, worker_id=self.worker_id) if blocked else {}
         # A blocked row is never sent by us: suppressed if still ours, else (recovered, taken
         # over) left to its new holder, whose own check will see the opt-out.
@@ -732,7 +735,7 @@ class Worker:
         return the hand-over's {send id: 'sending' | 'suppressed'} (empty: no longer ours)."""
         request = LeaseHandOver([(done.id, _named(batch, done, outcomes))
                                  for done, outcomes in answered], lease.id,
-                                self._settle_policy(batch))
+                                self._settle_policy(batch), seen=lease.opt_outs)
         settled, handed = self._commit_hand_over(
             request, SendLease.objects.settle_and_hand_over_many, self._lease_hand_overs,
             settles=bool(answered))
