@@ -5,6 +5,8 @@ it has not ticked since a claim looked at its rows, that look stands and no row 
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.db import connection, transaction
 
@@ -73,6 +75,43 @@ def test_a_tick_rolled_back_with_its_opt_out_never_happened():
                                      reason="manual")
         raise RuntimeError
     assert _ticks(account.id) == 0
+
+
+def test_an_opt_out_waits_for_no_other_open_transaction_of_its_tenant():
+    """The tick is taken at the commit: a tenant's long import holds its clock row for no more
+    than its commit, and the unsubscribe page's opt-out meanwhile goes through."""
+    account = AccountFactory()
+    imported, release = threading.Event(), threading.Event()
+
+    def long_import() -> None:
+        try:
+            with transaction.atomic():
+                Suppression.objects.suppress_many(account_id=account.id, reason="imported",
+                                                  emails_lower=["slow@example.com"])
+                imported.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    def unsubscribe() -> None:
+        try:
+            Suppression.objects.suppress(account_id=account.id, email_lower="quick@example.com",
+                                         reason="unsubscribed")
+        finally:
+            connection.close()
+
+    importer = threading.Thread(target=long_import)
+    importer.start()
+    assert imported.wait(10)
+    click = threading.Thread(target=unsubscribe)
+    click.start()
+    click.join(5)
+    went_through = not click.is_alive()
+    release.set()
+    importer.join()
+    click.join()
+    assert went_through
+    assert _ticks(account.id) == 2
 
 
 def _claimed(count: int) -> tuple[int, Lease]:

@@ -686,14 +686,14 @@ class Worker:
                              len(deliveries))
         return outcomes
 
-    def _hand_over(self, ids: Sequence[int], *, batch: Batch) -> dict[int, str]:
+    def _hand_over(self, ids: Sequence[int], *, batch: Batch | None = None) -> dict[int, str]:
         """Idempotent receiver, before a batch goes out: return {send id: 'sending' (send it) |
         'suppressed'} for the rows still ours (a plain receiver's chunks: ``_hand_over_chunk``).
         Handed over by the claim already, the rows only need a look at the opt-outs, and that
         look is a read (none, on leases, while the tenant's opt-outs have not moved since the
         claim's look); the rare blocked row goes through the hand-over to be suppressed (in a
         lease, its settle writes it so)."""
-        if batch.leases:
+        if batch is not None and batch.leases:
             blocked = Send.objects.blocked(ids, campaign_id=batch.campaign_id,
                                            seen=batch.leases[0].opt_outs)
             batch.withheld.update(blocked)
