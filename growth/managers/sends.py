@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from django.db import models, transaction
 
@@ -15,9 +16,11 @@ ANALYZE_AFTER = 10_000  # rows built at once that make the table's statistics st
 RECOVER_LIMIT = 10_000  # rows per recovery statement, to keep its transaction short
 
 
-@dataclass(frozen=True, slots=True)
-class Claimed(FromRow):
-    """A send row this worker now holds: 'sending' under a lease, or just marked 'suppressed'."""
+class Claimed(NamedTuple):
+    """A send row this worker now holds: 'sending' under a lease, or just marked 'suppressed'.
+    A named tuple, not a frozen dataclass: a claim makes one a recipient, and a frozen
+    dataclass's ``__init__`` (an ``object.__setattr__`` a field) took 2.0-2.5 µs of the worker's
+    Python a row against 0.5 (timeit, 500 rows built by name)."""
 
     id: int
     campaign_id: int
@@ -27,6 +30,10 @@ class Claimed(FromRow):
     status: str
     attempts: int
     destination_id: int | None  # its mailbox provider, for pacing
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, object]) -> Claimed:
+        return cls(**row)
 
 
 @dataclass(frozen=True, slots=True)
