@@ -225,7 +225,7 @@ class OptOutClock(models.Model):
     written, a confirmed subscriber no longer confirmed. Moved by triggers (migration 0022) in
     the writer's own transaction, whoever writes. A worker that looked at its rows' opt-outs and
     reads the same ticks later knows the look still stands, without looking again
-    (sends.sql, ``_opt_outs_moved``). No row: 0."""
+    (sends.sql, ``opt_outs_moved``). No row: 0."""
 
     account = models.OneToOneField(Account, on_delete=models.CASCADE, primary_key=True,
                                    related_name="+")

@@ -50,7 +50,8 @@ LEASE_MUTANTS: dict[str, tuple[str, str, str]] = {
     # a receiver that de-duplicates: the look before the wire trusts the claim's, though the
     # tenant's opt-outs moved since
     "lease_check_trusts_a_moved_clock": (
-        "sends.opt_outs_moved", "<> %(seen)s::bigint)", "<> %(seen)s::bigint AND false)"),
+        "sends.opt_outs_moved", "<> %(seen)s::bigint AS moved",
+        "<> %(seen)s::bigint AND false AS moved"),
     # a lease handed to a plain receiver is taken over and sent again
     "lease_recover_frees_handed_for_plain_receiver": (
         "leases.recover", "(%(idempotent)s AND l.takeovers + 1", "(l.takeovers + 1"),

@@ -246,15 +246,13 @@ class LeaseProtocol(RuleBasedStateMachine):
 
     def _check(self, worker: str, hand: Hand) -> None:
         ids = [row["id"] for row in hand.rows if row["id"] not in hand.outcomes]
-        # what the claim read of the tenant's opt-out clock: the look below reads no row while
-        # the clock still says so
-        seen = {"campaign_id": self.campaign_id, "seen": hand.rows[0]["opt_outs"]}
-        if self.idempotent:  # as Send.objects.blocked: the rows are read if the clock moved
-            moved = self._sql("sends.opt_outs_moved", **seen)[0]["moved"]
+        if self.idempotent:  # as Send.objects.blocked: the rows are read if the opt-out clock
+            # moved since the claim read it
+            moved = self._sql("sends.opt_outs_moved", campaign_id=self.campaign_id,
+                              seen=hand.rows[0]["opt_outs"])[0]["moved"]
             blocked = {row["id"] for row in self._sql("sends.blocked", ids=ids)} if moved else set()
         else:
-            stamped = self._sql("leases.hand_over", lease_id=hand.lease_id, worker_id=worker,
-                                **seen)
+            stamped = self._sql("leases.hand_over", lease_id=hand.lease_id, worker_id=worker)
             if not stamped:  # taken over, or ended: not ours, nothing of it is sent
                 note(f"{worker} hand-over of lease {hand.lease_id}: not ours any more")
                 self.hands[worker] = None

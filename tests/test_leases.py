@@ -168,6 +168,19 @@ def test_an_opt_out_found_by_the_claim_or_the_hand_over_is_written_suppressed_an
                                third: ("sent", 1)}
 
 
+def test_a_plain_hand_over_writes_the_claims_opt_outs_though_none_came_since():
+    """No opt-out of the tenant since the claim, but the hand-over still writes what the claim
+    found, so that a crash before the settle leaves it suppressed, not in doubt (it does not trust
+    the opt-out clock as the look of a receiver that de-duplicates does)."""
+    campaign = leased_campaign(count=2)
+    blocked, sent = sorted(_rows(campaign))
+    _opt_out(campaign, blocked)
+    lease = _claim(campaign, worker="dead")
+    assert SendLease.objects.hand_over(lease.id, worker_id="dead") == {blocked: SUPPRESSED,
+                                                                      sent: "sending"}
+    assert _rows(campaign)[blocked] == ("suppressed", 0)
+
+
 def test_a_plain_receivers_lease_recovered_after_its_hand_over_leaves_its_opt_outs_suppressed():
     campaign = leased_campaign(count=2)
     blocked, sent = sorted(_rows(campaign))

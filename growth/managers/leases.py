@@ -32,7 +32,7 @@ class Lease:
     opt-out: the settle writes it so), with the attempt this claim makes. ``taken_over``: a free
     lease, taken over whole (a dead or stopped worker's: its others are likely free too).
     ``opt_outs``: the tenant's opt-out clock as the claim read it when it looked at the rows
-    (None: not known), for the look before the wire (sends.sql, ``_opt_outs_moved``)."""
+    (None: not known), for the look before the wire (sends.sql, ``opt_outs_moved``)."""
 
     id: int
     rows: list[Claimed]
@@ -61,13 +61,11 @@ UNPACED = Pacing(shares={}, scan=0)
 class LeaseHandOver:
     """A plain receiver's wire: the next lease to hand over (None: none, the wire is done), with
     the leases it answered since its last hand-over, each with its outcomes, to settle in the
-    same commit. ``policy``: ``settle``'s keywords, worker_id and campaign_id included.
-    ``seen``: the opt-out clock the next lease's claim read (``Lease.opt_outs``)."""
+    same commit. ``policy``: ``settle``'s keywords, worker_id included."""
 
     settle: Sequence[tuple[int, Sequence[Outcome]]]
     hand_over: int | None
     policy: Mapping[str, object]
-    seen: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,14 +116,11 @@ class LeaseManager(models.Manager):
         return [Lease(lease_id, claimed, taken_over, opt_outs)
                 for lease_id, claimed in leases.items()]
 
-    def hand_over(self, lease_id: int, *, worker_id: str, campaign_id: int | None = None,
-                  seen: int | None = None) -> dict[int, str]:
+    def hand_over(self, lease_id: int, *, worker_id: str) -> dict[int, str]:
         """Stamp the lease handed over before its rows go on a wire; return {id: 'sending' (send
         it) | 'suppressed' (an opt-out: do not)}. Empty: the lease is no longer this claim's,
-        and nothing of it may be sent. Its commit waits for the disk. ``seen``: the campaign's
-        opt-out clock as its claim read it (``Lease.opt_outs``; None: look at the rows)."""
-        return _handed(QUERIES.rows("hand_over", lease_id=lease_id, worker_id=worker_id,
-                                    campaign_id=campaign_id, seen=seen))
+        and nothing of it may be sent. Its commit waits for the disk."""
+        return _handed(QUERIES.rows("hand_over", lease_id=lease_id, worker_id=worker_id))
 
     def settle(self, lease_id: int, outcomes: Sequence[Outcome], *, campaign_id: int,
                worker_id: str, attempts: Mapping[int, int], idempotent: bool, retry_for: float,
@@ -164,9 +159,7 @@ class LeaseManager(models.Manager):
                                          "lease_id": lease_id, "idempotent": False}))
             if request.hand_over is not None:
                 calls.append(("hand_over", {"lease_id": request.hand_over,
-                                            "worker_id": request.policy["worker_id"],
-                                            "campaign_id": request.policy["campaign_id"],
-                                            "seen": request.seen}))
+                                            "worker_id": request.policy["worker_id"]}))
         # not prepared, as settle (a generic plan was slower)
         results = iter(QUERIES.together(*calls, prepare=False))
         answers = []

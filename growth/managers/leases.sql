@@ -253,7 +253,7 @@ WITH stamped AS MATERIALIZED (
      WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
     RETURNING send_ids
 ), checked AS MATERIALIZED (
-    SELECT s.id, {{ sends._opt_outs_moved }} AND {{ sends._blocked }} AS blocked
+    SELECT s.id, {{ sends._blocked }} AS blocked
       FROM growth_sends s
      WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM stamped))
        AND s.status = 'queued'

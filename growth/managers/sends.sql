@@ -179,13 +179,6 @@ coalesce((SELECT k.ticks
             JOIN growth_campaigns c ON c.account_id = k.account_id
            WHERE c.id = %(campaign_id)s), 0)
 
--- _opt_outs_moved --
--- Whether a look at the rows' opt-outs may find what the claim's did not: the clock no longer
--- reads `seen`, what the claim read (NULL: unknown, so yes). An opt-out committed before the
--- claim's snapshot, the claim saw; one committed after it moved the clock. No column of a row in
--- it: the plan tests it once, before any row is read.
-(%(seen)s::bigint IS NULL OR {{ _opt_out_clock }} <> %(seen)s::bigint)
-
 -- blocked --
 -- the rows among these that an opt-out (or an unconfirmed subscriber) now blocks
 SELECT s.id
@@ -195,10 +188,11 @@ SELECT s.id
 
 -- opt_outs_moved --
 -- Before a second look at rows of campaign_id that a claim looked at, having read the tenant's
--- opt-out clock (seen): whether that look may find anything. A statement of its own, sent before
--- `blocked` and not spliced into it: planning `blocked`'s 500 ids alone took longer (0.5 ms) than
--- this whole round trip.
-SELECT {{ _opt_outs_moved }} AS moved;
+-- opt-out clock (seen): whether that look may find what the claim's did not. An opt-out committed
+-- before the claim's snapshot, the claim saw; one committed after it moved the clock. A statement
+-- of its own, sent before `blocked` and not spliced into it: planning `blocked`'s 500 ids alone
+-- took longer (0.5 ms) than this whole round trip.
+SELECT {{ _opt_out_clock }} <> %(seen)s::bigint AS moved;
 
 -- claim --
 -- Take up to batch_size due rows of one campaign no other worker holds (SKIP LOCKED: disjoint

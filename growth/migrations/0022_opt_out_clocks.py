@@ -2,7 +2,7 @@
 something that may make a send row ``_blocked`` (sends.sql): a suppression inserted or changed,
 a confirmed subscriber no longer confirmed. A worker that looked at its rows' opt-outs, and reads
 the same ticks just before the wire, knows that look still stands and does not read the rows
-again (sends.sql, ``_opt_outs_moved``).
+again (sends.sql, ``opt_outs_moved``).
 
 Triggers, not the managers, move it: every writer of those tables does, raw SQL and the admin
 included. A deleted suppression or subscriber blocks nothing, so no trigger is on DELETE (one

@@ -735,7 +735,7 @@ class Worker:
         return the hand-over's {send id: 'sending' | 'suppressed'} (empty: no longer ours)."""
         request = LeaseHandOver([(done.id, _named(batch, done, outcomes))
                                  for done, outcomes in answered], lease.id,
-                                self._settle_policy(batch), seen=lease.opt_outs)
+                                self._settle_policy(batch))
         settled, handed = self._commit_hand_over(
             request, SendLease.objects.settle_and_hand_over_many, self._lease_hand_overs,
             settles=bool(answered))
