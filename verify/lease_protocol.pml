@@ -113,6 +113,9 @@
 #ifndef MUT_CLAIM_IGNORES_OPTOUT   /* the claim does not read opt-outs */
 #define MUT_CLAIM_IGNORES_OPTOUT 0
 #endif
+#ifndef MUT_OPTOUT_NO_TICK         /* an opt-out leaves the tenant's opt-out clock alone */
+#define MUT_OPTOUT_NO_TICK 0
+#endif
 
 #if MUT_CURSOR_UNLOCKED
 #define LEASES (ROWS + 1) /* that mutant's leases overlap: room for one more */
@@ -130,6 +133,8 @@ bit due[ROWS];              /* next_attempt_at IS NOT NULL: a retry behind the c
 byte attempts[ROWS];
 byte unknown_of[ROWS];      /* the lease whose recovery made the row 'unknown' (0: none) */
 bit optout[ROWS];
+/* growth_opt_out_clocks: ticks with every opt-out, in its transaction (a trigger) */
+byte ticks;
 /* growth_send_cursors: rows below it have been claimed once */
 byte cursor;
 /* growth_send_leases, in LEASES slots; `lease` is the row's id, never reused */
@@ -276,7 +281,7 @@ inline settle(l, id, who, base, seen, ended) {
 
 inline forget() {
     l = NONE; id = 0; held[slot] = 0; seen = 0; ended = 0; r = 0; n = 0; start = 0;
-    kind = 0;
+    kind = 0; looked = 0; moved = 0;
     for (k : 0 .. ROWS - 1) { mine[k] = 0; out[k] = O_NONE; clean[k] = 0; epoch[k] = 0 }
     k = 0
 }
@@ -330,6 +335,7 @@ inline past_cursor() {
 /* the claim's end: the lease is this worker's, its opt-outs read */
 inline claimed() {
     l_worker[l] = me; id = l_id[l]; held[slot] = id; start = 0; n = 0; kind = 0; r = 0;
+    looked = ticks;
     for (k : 0 .. ROWS - 1) {
         if
         :: mine[k] ->
@@ -356,6 +362,8 @@ proctype Worker(byte slot) {
     byte epoch[ROWS];       /* the operator's retries of the row when this claim began */
     mtype seen;
     bit ended;
+    byte looked;            /* the opt-out clock as the claim read it, looking at its rows */
+    bit moved;              /* it read otherwise just before the wire */
 
 end_idle:
     /* -- claim (sends.sql) -- under the cursor's row lock: take over a freed lease, or lease the
@@ -449,24 +457,45 @@ end_idle:
     :: skip
     fi;
 #ifdef IDEMPOTENT
-    /* -- blocked (sends.sql) -- a read: does an opt-out now block a row of the lease? */
+    /* -- opt_outs_moved (sends.sql) -- a read: has the tenant's opt-out clock moved since the
+       claim's look? If not, that look stands, and this is the last check before the wire. */
     atomic {
-        for (k : 0 .. ROWS - 1) {
-            if
-            :: mine[k] -> clean[k] = !optout[k];
-               if :: optout[k] && !MUT_CHECK_IGNORES_OPTOUT -> out[k] = O_BLOCKED
-               :: else -> skip fi
-            :: else -> skip
-            fi
-        }
-        k = 0;
-        printf("W%d blocked read\n", me)
+        moved = (ticks != looked);
+        if
+        :: !moved ->
+           for (k : 0 .. ROWS - 1) {
+               if :: mine[k] -> clean[k] = !optout[k] :: else -> skip fi
+           }
+           k = 0
+        :: else -> skip
+        fi;
+        printf("W%d opt_outs_moved: %d\n", me, moved)
     };
+    /* -- blocked (sends.sql) -- only if it moved: a read: does an opt-out now block a row of the
+       lease? */
+    if
+    :: moved ->
+       atomic {
+           for (k : 0 .. ROWS - 1) {
+               if
+               :: mine[k] -> clean[k] = !optout[k];
+                  if :: optout[k] && !MUT_CHECK_IGNORES_OPTOUT -> out[k] = O_BLOCKED
+                  :: else -> skip fi
+               :: else -> skip
+               fi
+           }
+           k = 0;
+           moved = 0;
+           printf("W%d blocked read\n", me)
+       }
+    :: else -> skip
+    fi;
 #else
     /* -- hand_over (leases.sql) -- UPDATE growth_send_leases SET handed_over_at = now() WHERE
        id = %(lease)s AND worker_id = %(worker_id)s, the opt-outs read once more and the rows they
        block written 'suppressed'; committed before the transport sees a row. Nothing matched: not
-       ours any more, nothing is sent. */
+       ours any more, nothing is sent. Not gated by the opt-out clock: it also writes the rows the
+       claim found blocked, which recovery would otherwise make 'unknown' after a crash. */
     atomic {
         if
         :: OWNS(l, id, me) || (MUT_HANDOVER_NO_OWNER && l_live[l]) ->
@@ -752,6 +781,7 @@ end:
            EACH_ROW(SUBSCRIBED, r)
            fi;
            optout[r] = 1;
+           if :: !MUT_OPTOUT_NO_TICK -> ticks++ :: else -> skip fi;
            printf("row %d's address opts out\n", r);
            r = 0
        }
