@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,6 +177,21 @@ def run(defines: list[str], *, search: str = "dfs", model: Path = MODEL) -> Run:
                complete="max search depth too small" not in out)
 
 
+# As many pan runs at once as the machine has cores (each pan is one process on one core; every
+# run is independent), taken in the order they were submitted. One after the other, the lease
+# model's two liveness runs alone took 15 minutes on a slow machine, the idempotent one 11.
+POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+
+
+def submit(jobs: list[tuple[list[str], dict]]) -> list[Future]:
+    """``run(defines, **options)`` for each job, in the pool."""
+    return [POOL.submit(run, defines, **options) for defines, options in jobs]
+
+
+def run_all(jobs: list[tuple[list[str], dict]]) -> list[Run]:
+    return [future.result() for future in submit(jobs)]
+
+
 def readable(replay: str, properties: list[tuple[str, str]]) -> tuple[list[str], str]:
     """The model's own printf lines of a counterexample, and the property it broke."""
     steps, assertion = [], ""
@@ -206,18 +222,19 @@ def line(label: str, result: Run) -> str:
 
 def check_protocol(bounds: list[Bound], *, liveness: bool) -> bool:
     ok = True
-    print("Safety (P1-P4, P6 after every step; P5 where the run stops):")
-    for bound in bounds:
-        for mode, flags in MODES.items():
-            result = run(bound.defines + flags)
-            print(line(f"{bound}, {mode} receiver", result), flush=True)
-            ok &= not result.errors and result.complete
-            if result.errors:
-                print("\n".join(f"      {step}" for step in result.trace))
+    print("Safety (P1-P4, P6 after every step; P5 where the run stops):", flush=True)
+    safety = [(bound, mode, flags) for bound in bounds for mode, flags in MODES.items()]
+    results = run_all([(bound.defines + flags, {}) for bound, _, flags in safety])
+    for (bound, mode, _), result in zip(safety, results, strict=True):
+        print(line(f"{bound}, {mode} receiver", result), flush=True)
+        ok &= not result.errors and result.complete
+        if result.errors:
+            print("\n".join(f"      {step}" for step in result.trace))
     if liveness:
-        print("Liveness (P5 as LTL `settles`, under weak fairness):")
-        for mode, flags in MODES.items():
-            result = run(SMALL.defines + flags, search="liveness")
+        print("Liveness (P5 as LTL `settles`, under weak fairness):", flush=True)
+        results = run_all([(SMALL.defines + flags, {"search": "liveness"})
+                           for flags in MODES.values()])
+        for mode, result in zip(MODES, results, strict=True):
             print(line(f"{SMALL}, {mode} receiver", result), flush=True)
             ok &= not result.errors and result.complete
     return ok
@@ -226,9 +243,10 @@ def check_protocol(bounds: list[Bound], *, liveness: bool) -> bool:
 def check_mutants() -> bool:
     ok = True
     print(f"\nMutants ({SMALL}): each known-bad change alone; a check must catch it.")
+    results = iter(run_all([(SMALL.defines + flags + [f"-D{flag}=1"], {"search": "bfs"})
+                            for flag, _, _ in MUTANTS for flags in MODES.values()]))
     for flag, change, may_survive in MUTANTS:
-        caught = {mode: run(SMALL.defines + flags + [f"-D{flag}=1"], search="bfs")
-                  for mode, flags in MODES.items()}
+        caught = {mode: next(results) for mode in MODES}
         killed = [mode for mode, result in caught.items() if result.errors]
         print(f"\n- {change}  [{flag}]")
         if not killed:
@@ -248,25 +266,47 @@ def print_counterexample(mode: str, result: Run) -> None:
     print(f"      -> {result.assertion}")
 
 
-def check_leases(*, long: bool = False) -> bool:
+@dataclass
+class LeaseRuns:
+    """The lease model's runs, submitted to the pool (``start_leases``): started before the row
+    model's, the longest of them (the idempotent receiver's liveness) overlaps all the rest."""
+
+    checks: list[tuple[Bound, str, str]]
+    results: list[Future]
+    mutants: list[Future]
+
+
+def start_leases(*, long: bool = False) -> LeaseRuns:
+    checks = [(bound, search, mode)
+              for bound, search in [(SMALL, "liveness"), (SMALL, "dfs"),
+                                    *([(LEASE_LONG, "dfs")] if long else [])]
+              for mode in reversed(MODES)]  # the longest first: idempotent, liveness
+    results = submit([(bound.defines + MODES[mode], {"search": search, "model": LEASE_MODEL})
+                      for bound, search, mode in checks])
+    mutants = submit([(SMALL.defines + MODES[mode] + [f"-D{flag}=1"],
+                       {"search": "bfs", "model": LEASE_MODEL})
+                      for flag, _, modes in LEASE_MUTANTS for mode in modes])
+    return LeaseRuns(checks, results, mutants)
+
+
+def check_leases(*, long: bool = False, runs: LeaseRuns | None = None) -> bool:
     """The lease protocol's model (lease_protocol.pml): safety, the LTL formula, and its mutants.
     A lease of 2 rows needs 1 worker to stay in minutes (2 rows x 2 workers did not finish in 15
     minutes a receiver): --long."""
+    runs = runs or start_leases(long=long)
     ok = True
-    print(f"\nThe next protocol, a lease per batch behind a cursor ({LEASE_MODEL.name}):")
-    for bound, search in [(SMALL, "dfs"), (SMALL, "liveness"),
-                          *([(LEASE_LONG, "dfs")] if long else [])]:
-        for mode, flags in MODES.items():
-            result = run(bound.defines + flags, search=search, model=LEASE_MODEL)
-            label = f"{bound}, {mode} receiver" + (", liveness" * (search == "liveness"))
-            print(line(label, result), flush=True)
-            ok &= not result.errors and result.complete
-            if result.errors:
-                print("\n".join(f"      {step}" for step in result.trace))
+    print(f"\nThe next protocol, a lease per batch behind a cursor ({LEASE_MODEL.name}):",
+          flush=True)
+    for (bound, search, mode), future in zip(runs.checks, runs.results, strict=True):
+        result = future.result()
+        label = f"{bound}, {mode} receiver" + (", liveness" * (search == "liveness"))
+        print(line(label, result), flush=True)
+        ok &= not result.errors and result.complete
+        if result.errors:
+            print("\n".join(f"      {step}" for step in result.trace))
+    results = iter(runs.mutants)
     for flag, change, modes in LEASE_MUTANTS:
-        caught = {mode: run(SMALL.defines + MODES[mode] + [f"-D{flag}=1"], search="bfs",
-                            model=LEASE_MODEL)
-                  for mode in modes}
+        caught = {mode: next(results).result() for mode in modes}
         print(f"\n- {change}  [{flag}]")
         for mode, result in caught.items():
             print(f"  {mode}: " + ("caught, " + result.assertion if result.errors
@@ -335,10 +375,11 @@ def main() -> int:
     if args.leases:
         return 0 if check_leases(long=args.long) else 1
     ok = True
+    leases = start_leases(long=args.long)  # queued first: they take longest
     if not args.mutants:
         ok &= check_protocol(SAFETY_BOUNDS + (LONG_BOUNDS if args.long else []), liveness=True)
     ok &= check_mutants()
-    ok &= check_leases(long=args.long)
+    ok &= check_leases(runs=leases)
     print("\n" + ("every check passed" if ok else "FAILED"))
     return 0 if ok else 1
 
