@@ -46,7 +46,8 @@ SELECT claimed_to FROM growth_send_cursors WHERE campaign_id = %(campaign_id)s F
 -- rows come back with the attempt this claim makes, 'sending' or 'suppressed', and their lease's
 -- id: the batch is cut into leases of chunk_size rows (a plain receiver's wires hand over and
 -- settle a chunk at a time; a receiver that de-duplicates takes the batch as one). hand_over:
--- the leases count as handed over at once (a receiver that de-duplicates).
+-- the leases count as handed over at once (a receiver that de-duplicates). opt_outs: the tenant's
+-- opt-out clock, read in the snapshot the opt-outs were read in (sends.sql, opt_outs_moved).
 WITH cursor AS MATERIALIZED (
     SELECT claimed_to
       FROM growth_send_cursors
