@@ -10,6 +10,15 @@ engine: ``python -m bench --only experiments`` (opt-in; not part of the default 
                 two indexes dropped), in turn A B B A ..., so that a drift of the machine falls
                 on both; everything is put back afterwards. The flags' columns stay: dropping
                 them would be another schema than the engine's.
+``hot``         the engine as migrated and with a HOT settle (shape h of
+                docs/one-write-per-recipient.md, on the engine itself): every index of
+                growth_sends that reads a column the lease settle writes (status, sent_at,
+                updated_at, last_error, provider_message_id) dropped, the claim's two walks on
+                full indexes instead of partial ones on status, the table at fillfactor 30 (a
+                settle's new version fits on its page), in turn A B B A ... at each worker count;
+                everything is put back afterwards. An upper bound of what moving the state
+                indexes off growth_sends buys: the readers those indexes serve (the admin's
+                filters, the reputation figures, feedback's look-ups) are not rebuilt elsewhere.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import statistics
 
 from django.db import connection
 
-from bench import ceiling, data, engine, hotspots
+from bench import ceiling, data, engine, hotspots, procs
 
 KEPT = ["growth_sends_pkey", "send_queued", "send_queued_by_campaign"]  # what the claim needs
 
@@ -113,3 +122,71 @@ def reported(*, audience, batch_size: int, repetitions: int, out, say=print) -> 
         data.fresh_sends()
     medians = [statistics.median(runs) for runs in seconds.values()]
     return {"seconds": seconds, "ratio": medians[0] / medians[1]}
+
+
+# what the HOT settle keeps: the primary key, the two uniquenesses, and the retry indexes (whose
+# condition leaves status out, so that a settle writing no next attempt stays HOT there)
+HOT_KEPT = ["growth_sends_pkey", "send_unique_subscriber", "send_unique_address", "send_due",
+            "send_due_by_destination"]
+# the claim's walks past the cursor, on every row of the campaign instead of its queued ones
+HOT_WALKS = [
+    "CREATE INDEX hot_walk ON growth_sends (campaign_id, id) INCLUDE (destination_id)",
+    "CREATE INDEX hot_walk_by_destination ON growth_sends (campaign_id, destination_id, id)",
+]
+
+
+def hot(*, audience, batch_size: int, workers: list[int], repetitions: int, out, fillfactor: int = 30,
+        say=print) -> dict:
+    """{workers: {"seconds": {variant: [run, ...]}, "costs": {variant: [write cost, ...]},
+    "ratio": median over the rounds of (as migrated's time ÷ the HOT settle's)}}: above 1, the
+    HOT settle is faster."""
+    dropped = [(name, create) for name, create in hotspots.indexes() if name not in HOT_KEPT]
+
+    def as_migrated() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE growth_sends CASCADE")  # quick to reindex
+            cursor.execute("ALTER TABLE growth_sends RESET (fillfactor)")
+            cursor.execute("DROP INDEX IF EXISTS hot_walk, hot_walk_by_destination")
+            cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'growth_sends'")
+            present = {row[0] for row in cursor.fetchall()}
+            for name, create in dropped:
+                if name not in present:
+                    cursor.execute(create)
+
+    def hot_settle() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE growth_sends CASCADE")
+            for name, _ in dropped:
+                cursor.execute(f'DROP INDEX IF EXISTS "{name}"')
+            for create in HOT_WALKS:
+                cursor.execute(create.replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS"))
+            cursor.execute(f"ALTER TABLE growth_sends SET (fillfactor = {int(fillfactor)})")
+
+    variants = {"as migrated": as_migrated, f"HOT settle (fillfactor {fillfactor})": hot_settle}
+    results = {}
+    try:
+        for count in workers:
+            seconds: dict[str, list[float]] = {name: [] for name in variants}
+            costs: dict[str, list[dict]] = {name: [] for name in variants}
+            for rep in range(repetitions):
+                order = list(variants) if rep % 2 == 0 else list(reversed(variants))
+                for name in order:
+                    variants[name]()
+                    before = hotspots.activity()
+                    with procs.CpuSampler() as sampler:
+                        seconds[name].append(engine.run(audience=audience, batch_size=batch_size,
+                                                        workers=count, out=out, name="hot"))
+                    busy = sampler.busy_between(*engine.last_window)
+                    costs[name].append({**hotspots.write_cost(before, audience.size),
+                                        "cpu_us": 1e6 * busy / audience.size})
+                    say(f"  hot, {count} worker(s), {rep + 1}: {name}: {seconds[name][-1]:.2f} s, "
+                        f"{costs[name][-1]['hot_share']:.0%} of updates HOT, "
+                        f"{costs[name][-1]['wal_per_recipient']:,.0f} WAL bytes and "
+                        f"{costs[name][-1]['cpu_us']:.0f} µs of CPU a recipient")
+            ours, theirs = seconds.values()
+            ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+            results[count] = {"seconds": seconds, "costs": costs, "ratio": statistics.median(ratios)}
+    finally:
+        as_migrated()
+        data.fresh_sends()
+    return results

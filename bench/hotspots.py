@@ -62,7 +62,7 @@ SETTLE_POLICY = {"retry_for": 48 * 3600.0, "throttle_delay": 1.0, "backoff_base"
 _FRAME = re.compile(r"^(?P<func>.+?) \((?P<file>.+?)(?::(?P<line>\d+))?\)$")
 
 
-def _activity() -> tuple[int, int, int]:
+def activity() -> tuple[int, int, int]:
     """(WAL position in bytes, rows updated, of which HOT) for growth_sends, as of now."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_clear_snapshot()")
@@ -75,7 +75,7 @@ def _activity() -> tuple[int, int, int]:
 def write_cost(before: tuple[int, int, int], rows: int) -> dict:
     """WAL bytes and row versions written per recipient since ``before``."""
     time.sleep(1.0)  # backends report their table statistics within a second
-    wal, updated, hot = (after - first for after, first in zip(_activity(), before, strict=True))
+    wal, updated, hot = (after - first for after, first in zip(activity(), before, strict=True))
     return {"wal_per_recipient": wal / rows, "updates_per_recipient": updated / rows,
             "hot_share": hot / updated if updated else 0.0}
 
@@ -94,7 +94,7 @@ def ceiling_cost(*, audience, batch_size: int, hand_over: bool) -> dict:
 
     campaign_id = data.built_and_paused(audience)
     data.resume(campaign_id)
-    before = _activity()
+    before = activity()
     seconds = ceiling.run_built(audience=audience, batch_size=batch_size, workers=1,
                                 hand_over=hand_over)
     return {"seconds": seconds, **write_cost(before, audience.size)}
@@ -123,7 +123,7 @@ def spy(*, audience, batch_size: int, out: Path, rate: int = 250, name: str = "n
              "--format", "raw", "--output", str(raw), "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # py-spy attaches
-        before = _activity()
+        before = activity()
         started = data.resume(campaign_id)
         while (finished := data.finished_at(campaign_id)) is None:
             time.sleep(engine.POLL)

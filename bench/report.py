@@ -378,6 +378,8 @@ def markdown(results: dict, *, chart: str | None = None) -> str:
                     + "; ".join(f"{variant}: " + ", ".join(f"{s:.2f}" for s in runs) + " s"
                                 for variant, runs in reported["seconds"].items())
                     + f"; median ÷ median **{reported['ratio']:.2f}×**."]
+        if "hot" in experiments:
+            out += _hot(experiments["hot"], config["profile_batch"])
     if results.get("directions"):
         out += _directions(results["directions"])
     if results.get("huge"):
@@ -494,6 +496,23 @@ def _latency_busy(point: dict, cores: int) -> str:
         return f"{statistics.median(cpu[name]) / wall / cores:.0%}" if cpu.get(name) else "–"
 
     return " / ".join(busy(name) for name in ("smtplib", "plain", "idempotent"))
+
+
+def _hot(hot: dict, batch: int) -> list[str]:
+    """The HOT settle experiment: each worker count's rounds, in recipients/s by variant."""
+    out = ["", f"The HOT settle (the engine, batch {batch}, in turn A B B A …; seconds a run, "
+               "with the share of row updates that were HOT):", "",
+           "| workers | variant | runs | HOT | CPU a recipient | as migrated ÷ HOT, time (median of "
+           "rounds) |", "|---|---|---|---|---|---|"]
+    for count, runs in hot.items():
+        for n, (variant, seconds) in enumerate(runs["seconds"].items()):
+            rates = ", ".join(f"{s:.2f} s" for s in seconds)
+            costs = runs["costs"][variant]
+            shares = ", ".join(f"{cost['hot_share']:.0%}" for cost in costs)
+            cpu = ", ".join(f"{cost['cpu_us']:.0f} µs" for cost in costs)
+            ratio = f"**{runs['ratio']:.2f}×**" if n == 0 else ""
+            out.append(f"| {count} | {variant} | {rates} | {shares} | {cpu} | {ratio} |")
+    return out
 
 
 def _pacing(pacing: dict) -> list[str]:

@@ -20,7 +20,7 @@ DATABASE = os.environ.get("BENCH_DATABASE", "zylior_bench")  # another name: run
 FAMILIES = ["ceiling", "minimal", "engine", "peers", "smtp", "build", "memory", "admin", "export", "profile",
             "pacing", "smtp-latency"]
 OPT_IN = ["experiments", "directions", "huge", "tallies"]  # only with --only
-EXPERIMENTS = ["indexes", "reported"]  # bench/experiments.py
+EXPERIMENTS = ["indexes", "reported", "hot"]  # bench/experiments.py
 QUICK = {"recipients": 10_000, "repetitions": 2, "procrastinate_jobs": 2_000, "dkim_recipients": 1_000,
          "build_subscribers": 100_000, "memory_sizes": "5000,50000", "admin_sends": 100_000,
          "export_sizes": "10000,100000", "pacing_seconds": 20.0, "pacing_sizes": "10000,100000"}
@@ -470,6 +470,13 @@ def _experiments(args) -> dict:
         for variant, runs in reported["seconds"].items():
             say(f"experiment: {variant}: " + ", ".join(f"{s:.2f}" for s in runs) + " s")
         say(f"experiment: the reported flags' time ÷ without them: {reported['ratio']:.2f}×")
+    if "hot" in which:
+        hot = results["hot"] = experiments.hot(
+            audience=audience, batch_size=args.profile_batch, workers=_ints(args.workers),
+            repetitions=args.repetitions, out=args.out, say=say)
+        for count, runs in hot.items():
+            say(f"experiment: HOT settle, {count} worker(s): as migrated ÷ HOT, median of the "
+                f"rounds: {runs['ratio']:.2f}× (above 1: the HOT settle is faster)")
     return results
 
 

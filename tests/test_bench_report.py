@@ -255,3 +255,14 @@ def test_further_contenders_of_the_latency_family_and_the_reported_flags_experim
     assert ("Raw smtplib beside a process keeping 0.8 cores busy: 20 ms, C = 32: 1,024 (±12%) /s, "
             "0.80× of itself alone") in text
     assert "with: 10.00, 12.00 s; without: 11.00, 11.00 s; median ÷ median **1.00×**" in text
+
+
+def test_the_hot_settle_experiment_reports_each_worker_counts_rounds_and_the_median_ratio():
+    cost = {"hot_share": 0.83, "wal_per_recipient": 400.0, "cpu_us": 50.0}
+    plain = {"hot_share": 0.0, "wal_per_recipient": 900.0, "cpu_us": 60.0}
+    hot = {1: {"seconds": {"as migrated": [4.0, 4.4], "HOT settle (fillfactor 50)": [4.4, 4.0]},
+               "costs": {"as migrated": [plain, plain], "HOT settle (fillfactor 50)": [cost, cost]},
+               "ratio": 1.0}}
+    text = report.markdown({**RESULTS, "experiments": {"hot": hot}})
+    assert "| 1 | as migrated | 4.00 s, 4.40 s | 0%, 0% | 60 µs, 60 µs | **1.00×** |" in text
+    assert "| 1 | HOT settle (fillfactor 50) | 4.40 s, 4.00 s | 83%, 83% | 50 µs, 50 µs |  |" in text
