@@ -142,7 +142,12 @@ WITH cursor AS MATERIALIZED (
      GROUP BY chunk.n
     RETURNING id, send_ids
 )
--- each row found by its primary key (LATERAL: a probe per row, whatever the table's size);
+-- each row found by its primary key, a probe per row whatever the table's size: LIMIT 1 keeps
+-- the LATERAL subquery from being pulled up into a join. Joined, the plan rested on the guess
+-- of how many ids the new leases hold, and PostgreSQL 17 and later guess unnest()'s rows from
+-- the leases' statistics: once autovacuum had analyzed growth_send_leases holding 500-id
+-- leases, the guess was 100,000, and every claim hashed every queued row of growth_sends
+-- (26 ms a claim at 200,000 rows, the engine at half its rate, in make bench).
 -- taken_over: the batch is a free lease (others a dead or stopped worker left may be waiting)
 SELECT claimed.*, held.lease_id, EXISTS (SELECT 1 FROM freed) AS taken_over,
        {{ sends._opt_out_clock }} AS opt_outs
@@ -154,6 +159,7 @@ SELECT claimed.*, held.lease_id, EXISTS (SELECT 1 FROM freed) AS taken_over,
          FROM growth_sends s
         WHERE s.id = held.send_id
           AND s.status = 'queued'  -- a free lease's row another writer moved on is not sent again
+        LIMIT 1
        ) claimed;
 
 -- _on_the_wire --
