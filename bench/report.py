@@ -499,7 +499,7 @@ def _latency_busy(point: dict, cores: int) -> str:
 
 
 def _hot(hot: dict, batch: int) -> list[str]:
-    """The HOT settle experiment: each worker count's rounds, in recipients/s by variant."""
+    """The HOT settle experiment: each worker count's rounds, seconds a run by variant."""
     out = ["", f"The HOT settle (the engine, batch {batch}, in turn A B B A …; seconds a run, "
                "with the share of row updates that were HOT):", "",
            "| workers | variant | runs | HOT | CPU a recipient | as migrated ÷ HOT, time (median of "
