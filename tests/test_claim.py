@@ -194,6 +194,27 @@ def test_the_lease_claim_probes_its_rows_whatever_the_leases_statistics_say():
 
 
 @pytest.mark.django_db
+def test_recovery_probes_an_expired_leases_rows_whatever_the_leases_statistics_say():
+    """As the claim above: joined to unnest() of the expired leases' ids, the rows recovery
+    writes were guessed from the leases' statistics on PostgreSQL 17 and later, and one expired
+    500-id lease hashed every row of growth_sends."""
+    campaign = sending_campaign(count=5000, leases=True)
+    leases = [SendLease.objects.claim(worker_id="dead", campaign_id=campaign.id, batch_size=500,
+                                      lease=60, hand_over=True)[0] for _ in range(2)]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE growth_send_leases")
+        cursor.execute("ANALYZE growth_sends")
+        cursor.execute("UPDATE growth_send_leases SET expires_at = now() - interval '1 second'"
+                       " WHERE id = %s", [leases[0].id])
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + LEASE_QUERIES["recover"],
+                       {"idempotent": False, "max_attempts": 5, "limit": 1000})
+        (plan,), = cursor.fetchall()
+    assert statuses(campaign)["unknown"] == 500
+    # the lease's 500 rows, found and written: not the 5,000 of the campaign
+    assert _rows_read(plan[0]["Plan"], "growth_sends") <= 1_100
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("prepared", [False, True])
 @pytest.mark.parametrize("statement", ["hand_over", "settle"])
 def test_a_wire_statement_reads_its_rows_by_primary_key_whatever_else_is_on_the_wire(

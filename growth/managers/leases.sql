@@ -308,14 +308,18 @@ WITH expired AS MATERIALIZED (
      WHERE l.id = e.id AND NOT e.again
     RETURNING l.id
 ), written AS (
+    -- each lease's rows probed by primary key (= ANY of its array, which no hash join can take):
+    -- joined to unnest() of the arrays, the plan rested on the guess of how many ids the leases
+    -- hold, and on PostgreSQL 17 and later, once growth_send_leases was analyzed, one expired
+    -- lease hashed every row of growth_sends (see claim)
     UPDATE growth_sends s
        SET status = CASE WHEN e.handed THEN 'unknown' ELSE 'cancelled' END,
            -- the lease's id: its late settle may still say 'sent' (see settle)
-           claimed_by = 'lease ' || e.lease_id,
+           claimed_by = 'lease ' || e.id,
            last_error = 'lease expired', updated_at = now()
-      FROM (SELECT unnest(send_ids) AS id, handed, id AS lease_id
-              FROM expired WHERE NOT again) e
-     WHERE s.id = e.id
+      FROM expired e
+     WHERE NOT e.again
+       AND s.id = ANY(e.send_ids)
        AND s.status = 'queued'
     RETURNING s.status
 )
