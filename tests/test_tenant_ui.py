@@ -272,6 +272,24 @@ def test_an_address_a_spreadsheet_would_run_as_a_formula_is_exported_as_text_and
     assert hostile in set(Suppression.objects.values_list("email_lower", flat=True))
 
 
+def test_an_address_that_starts_with_a_quote_of_its_own_reads_back_as_itself(client, user, tenant):
+    """The export's quote before a formula must not be mistaken for the address's own: exported
+    as it was, ``'=a@example.com`` came back ``=a@example.com``, another address, and the
+    tenant's own stayed unsuppressed."""
+    own_quotes = {"'=a@example.com", "'+1@example.com", "'-x@example.com", "'plain@example.com",
+                  "''twice@example.com"}
+    for address in own_quotes:
+        suppress(tenant, address)
+
+    export = b"".join(client.get(url("suppression-export", tenant)).streaming_content)
+    Suppression.objects.all().delete()
+    body = client.post(url("suppression-import", tenant),
+                       {"file": SimpleUploadedFile("export.csv", export)}).content.decode()
+
+    assert "Imported 5 addresses" in body
+    assert set(Suppression.objects.values_list("email_lower", flat=True)) == own_quotes
+
+
 def test_an_import_with_an_invalid_line_imports_nothing_by_default(client, user, tenant):
     upload = SimpleUploadedFile("list.csv", b"a@example.com\nnope\n")
     body = client.post(url("suppression-import", tenant), {"file": upload}).content.decode()

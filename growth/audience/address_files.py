@@ -15,6 +15,8 @@ from growth.audience.addresses import Address, parse_address
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula
+QUOTE = "'"  # a spreadsheet's mark of a cell that is text
+_QUOTED = (*FORMULA_STARTS, QUOTE)  # the cells an export quotes
 HEADER_NAMES = {"email", "e-mail", "email address", "email_address", "mail", "address"}
 _SEPARATORS = re.compile(r"[\s,;]+")
 
@@ -117,13 +119,15 @@ def read_csv(upload: BinaryIO) -> AddressList:
 
 def spreadsheet_safe(text: str) -> str:
     """Keep a cell (an address like ``=cmd|'/c calc'!a0@example.com`` is valid) from being run as
-    a formula when the file is opened in a spreadsheet: a leading quote makes it text."""
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
+    a formula when the file is opened in a spreadsheet: a leading quote makes it text. A cell that
+    starts with a quote of its own (``'=a@example.com`` is valid too) gets one more, so that the
+    import can tell the two apart."""
+    return QUOTE + text if text.startswith(_QUOTED) else text
 
 
 def spreadsheet_value(cell: str) -> str:
     """The inverse of ``spreadsheet_safe``: an export read back is the list it was."""
-    if cell.startswith("'") and cell[1:].startswith(FORMULA_STARTS):
+    if cell.startswith(QUOTE) and cell[1:].startswith(_QUOTED):
         return cell[1:]
     return cell
 
