@@ -503,6 +503,38 @@ def test_a_body_that_cannot_be_read_still_unsubscribes(csrf_client, world):
     assert_unsubscribed(world)
 
 
+ONE_CLICK_PART = (b'--zz\r\nContent-Disposition: form-data; name="List-Unsubscribe"\r\n\r\n'
+                  b"One-Click\r\n--zz--\r\n")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("charset", ["rot13", "hex", "base64", "zlib", "undefined", "no-such-charset"])
+def test_a_one_click_in_a_charset_that_is_no_text_encoding_still_unsubscribes(
+        csrf_client, world, charset):
+    """Python's codecs know rot13 and its kind, so Django kept the name, and reading the body
+    raised LookupError: a 500, and the opt-out lost."""
+    response = csrf_client.generic(
+        "POST", url(world["token"]), ONE_CLICK_PART,
+        content_type=f"multipart/form-data; boundary=zz; charset={charset}")
+    assert response.status_code == 200
+    assert_unsubscribed(world)
+
+
+@pytest.mark.django_db
+def test_a_form_posted_in_a_charset_that_is_no_text_encoding_is_read_not_a_500(csrf_client):
+    """The CSRF check reads the body of every form: it raised the LookupError itself."""
+    login = reverse("growth:tenant:login")
+    csrf_client.get(login)
+    token = csrf_client.cookies["csrftoken"].value
+    body = "".join(f'--zz\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+                   for name, value in [("csrfmiddlewaretoken", token), ("username", "nobody"),
+                                       ("password", "wrong")]) + "--zz--\r\n"
+    response = csrf_client.generic("POST", login, body.encode(),
+                                   content_type="multipart/form-data; boundary=zz; charset=rot13")
+    assert response.status_code == 200
+    assert response.context["form"].errors  # read, and refused as a wrong password
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("undo", ["garbage", "a:b:c", "\x00", "x" * 5000])
 def test_the_done_page_refuses_a_damaged_undo_token(csrf_client, world, undo):

@@ -43,6 +43,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "growth.request_charset.TextCharsetMiddleware",  # before anything reads a body
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, from the WSGI server itself
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
