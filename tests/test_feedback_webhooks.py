@@ -491,6 +491,39 @@ def test_a_database_outage_is_a_500_so_the_esp_retries(client, world, monkeypatc
     assert_nothing_written(world)
 
 
+# --- the surface: what is routed, and to whom ----------------------------------------------------
+
+
+def _anymail_urls(kind: str) -> list[str]:
+    import anymail.urls
+
+    return sorted({"/anymail/" + str(p.pattern).strip("^$").replace("(_mime)?", "")
+                   for p in anymail.urls.urlpatterns if kind in p.name})
+
+
+@pytest.mark.parametrize("path", [*_anymail_urls("tracking"), "/anymail/mandrill/"])
+def test_an_anonymous_post_to_any_tracking_webhook_is_a_4xx_never_a_500(path):
+    """anymail builds the view of an ESP without its settings (Mandrill's or Postal's webhook
+    key, say) by raising ImproperlyConfigured: that was a 500, and an ERROR, at anyone's will."""
+    response = Client().post(path, b"{}", content_type="application/json")
+    assert 400 <= response.status_code < 500, response.status_code
+
+
+@pytest.mark.parametrize("path", _anymail_urls("inbound"))
+def test_inbound_webhooks_are_not_routed(path):
+    """Nothing here receives an ESP's inbound mail."""
+    assert Client().post(path, b"{}", content_type="application/json").status_code == 404
+
+
+def test_an_esp_in_use_that_lacks_its_webhook_setting_is_a_500_so_the_operator_sees_it(
+        settings, caplog):
+    settings.EMAIL_BACKEND = "anymail.backends.mandrill.EmailBackend"  # no MANDRILL_WEBHOOK_KEY
+    response = Client(raise_request_exception=False).post(
+        "/anymail/mandrill/", b"{}", content_type="application/json")
+    assert response.status_code == 500
+    caplog.clear()  # expected: see no_unexpected_errors
+
+
 # --- settings -------------------------------------------------------------------------------------
 
 

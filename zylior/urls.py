@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from growth.feedback.webhooks import MailgunTrackingView
+from growth.feedback.webhooks import MailgunTrackingView, tracking_urls
 from growth.observability import health
 
 urlpatterns = [
@@ -12,6 +12,6 @@ urlpatterns = [
     # ESP feedback: /anymail/<esp>/tracking/, behind ANYMAIL's WEBHOOK_SECRET (see README)
     # Mailgun's before anymail's own: the same view, refusing a replayed signature
     path("anymail/mailgun/tracking/", MailgunTrackingView.as_view(), name="mailgun_tracking_webhook"),
-    path("anymail/", include("anymail.urls")),
+    path("anymail/", include((tracking_urls(), "anymail"))),
     path("", include("growth.urls")),
 ]

@@ -11,6 +11,10 @@ Mailgun's one-time tokens.
   is away answers 500, so that the ESP posts again later (harmless: each event acts once).
 - Mailgun: a signature's token is good for one body. The same token on another body is a
   replayed signature (Mailgun's documentation: cache the token, refuse it when seen again).
+- Only the tracking webhooks are routed (the feedback reads tracking events; an inbound post
+  would reach no receiver), and those of an ESP this install does not use answer 404: anymail
+  refuses to build the view of an ESP without its settings, which was a 500 for anyone's post.
+  An ESP in use (its backend, or any of its ANYMAIL settings) that lacks one still answers 500.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import logging
 from anymail.exceptions import AnymailWebhookValidationFailure
 from anymail.utils import get_anymail_setting, get_request_basic_auth
 from anymail.webhooks.mailgun import MailgunTrackingWebhookView
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db import DatabaseError, transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotFound
+from django.urls import URLPattern
 from django.utils.crypto import constant_time_compare
 
 from growth.models import FeedbackEvent
@@ -47,6 +53,9 @@ class WebhookMiddleware:
         if not request.path.startswith(WEBHOOK_PREFIX):
             return None
         transaction.set_rollback(True)
+        if isinstance(exception, ImproperlyConfigured) and not _in_use(_esp_of(request.path)):
+            return HttpResponseNotFound("No such webhook here.\n",
+                                        content_type="text/plain; charset=utf-8")
         if isinstance(exception, DatabaseError | ImproperlyConfigured | Http404 | PermissionDenied):
             return None  # a 500 for our database or settings: the ESP posts again later
         if isinstance(exception, AnymailWebhookValidationFailure):
@@ -55,6 +64,23 @@ class WebhookMiddleware:
                        exception, extra={"path": request.path})
         return HttpResponse("Malformed webhook body.\n", status=400,
                             content_type="text/plain; charset=utf-8")
+
+
+def tracking_urls() -> list[URLPattern]:
+    """anymail's tracking webhooks, and Mandrill's, which takes tracking and inbound at one URL."""
+    from anymail import urls
+
+    return [pattern for pattern in urls.urlpatterns
+            if pattern.name.endswith("_tracking_webhook") or pattern.name == "mandrill_webhook"]
+
+
+def _esp_of(path: str) -> str:
+    return path.removeprefix(WEBHOOK_PREFIX).split("/", 1)[0]
+
+
+def _in_use(esp: str) -> bool:
+    return (settings.EMAIL_BACKEND.startswith(f"anymail.backends.{esp}.")
+            or any(key.startswith(f"{esp.upper()}_") for key in settings.ANYMAIL))
 
 
 def _challenge(request: HttpRequest) -> HttpResponse | None:
