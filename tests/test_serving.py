@@ -58,7 +58,10 @@ def test_healthz_needs_no_database_and_readyz_follows_it(tmp_path):
         assert site.get("/readyz").json() == {"status": "ok"}
         proxy.cut()
         down = site.get("/readyz")
-        assert down.status_code == 503 and down.json()["status"] == "unavailable"
+        assert down.json() == {"status": "unavailable", "database": "unavailable"}
+        assert down.status_code == 503  # and the driver's text, host and port, only in the log:
+        assert "readiness: the database does not answer (connection" in (
+            tmp_path / "gunicorn.log").read_text()
         assert site.get("/healthz").status_code == 200  # the process is fine
         proxy.mend()
         deadline = time.monotonic() + 10

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
@@ -16,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from growth.observability.metrics import web_registry
 
 _REGISTRY = None
+logger = logging.getLogger(__name__)
 
 
 @never_cache
@@ -36,8 +38,9 @@ def readyz(request: HttpRequest) -> HttpResponse:
         pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
     except DatabaseError as exc:
         connection.close()  # a broken connection is not kept for the next probe
-        return JsonResponse({"status": "unavailable", "database": str(exc).strip()[:200]},
-                            status=503)
+        # the driver's text names the database's host, port and role: the log's, not anyone's
+        logger.warning("readiness: the database does not answer (%s)", str(exc).strip()[:500])
+        return JsonResponse({"status": "unavailable", "database": "unavailable"}, status=503)
     if pending:
         return JsonResponse({"status": "unavailable", "migrations_pending": len(pending)},
                             status=503)
