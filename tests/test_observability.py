@@ -73,6 +73,8 @@ def test_the_web_apps_metrics_are_the_sending_campaigns_rows_by_status(settings)
     assert scraped[("growth_campaigns", (("status", "sending"),))] == 1
 
     assert client.get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 404
+    for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP"):  # a proxy on this host
+        assert client.get("/metrics", headers={header: "203.0.113.9"}).status_code == 404
     settings.METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 404
     assert client.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200

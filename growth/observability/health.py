@@ -18,6 +18,7 @@ from growth.observability.metrics import web_registry
 
 _REGISTRY = None
 logger = logging.getLogger(__name__)
+_FORWARDED = {"Forwarded", "X-Forwarded-For", "X-Real-Ip"}  # headers a reverse proxy adds
 
 
 @never_cache
@@ -50,7 +51,8 @@ def readyz(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus exposition. With METRICS_TOKEN set, for a Bearer of it; without, loopback only."""
+    """Prometheus exposition. With METRICS_TOKEN set, for a Bearer of it; without, loopback only,
+    and not through a reverse proxy (which makes every client loopback)."""
     if not _allowed(request):
         return HttpResponse(status=404)
     global _REGISTRY
@@ -63,6 +65,8 @@ def _allowed(request: HttpRequest) -> bool:
     if token:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         return constant_time_compare(given, token)
+    if _FORWARDED & request.headers.keys():  # a proxy on this host: the client is anyone
+        return False
     try:
         return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
     except ValueError:
