@@ -4,6 +4,7 @@ database, and what a response told its user."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -24,6 +25,14 @@ LEASED_PROBE = "(SELECT s.status FROM growth_sends s WHERE s.id = held.id)"
 def texts(response) -> list[str]:
     """The messages (django.contrib.messages) the response's request left for its user."""
     return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def confirm(client, url: str, data: dict | None = None, **kwargs):
+    """Ask for a confirmation page (GET, or POST ``data``: a list's action), then confirm it as
+    an operator's browser would, with the page's hidden ``seen`` fields."""
+    page = client.post(url, data) if data else client.get(url)
+    seen = re.findall(r'name="seen" value="([^"]+)"', page.content.decode())
+    return client.post(url, {**(data or {}), "post": "yes", "seen": seen}, **kwargs)
 
 
 def concurrently(count: int, func: Callable[[int], object]) -> list[object]:

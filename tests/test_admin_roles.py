@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from growth.models import Campaign, Segment, Suppression
 from tests.factories import CampaignFactory, SegmentFactory
-from tests.helpers import texts
+from tests.helpers import confirm, texts
 from tests.scenarios import operator, sending_campaign
 
 pytestmark = pytest.mark.django_db
@@ -39,10 +39,8 @@ def test_actions_leave_the_viewers_rows_alone_and_say_so(client, viewer, tenant,
     theirs = sending_campaign(count=2, account=tenant)
     mine = sending_campaign(count=2, account=other_tenant)
 
-    response = client.post(reverse("admin:growth_campaign_changelist"),
-                           {"action": "pause", "_selected_action": [theirs.pk, mine.pk],
-                            "post": "yes"},
-                           follow=True)
+    response = confirm(client, reverse("admin:growth_campaign_changelist"),
+                       {"action": "pause", "_selected_action": [theirs.pk, mine.pk]}, follow=True)
 
     said = texts(response)
     assert "1 selected left alone: your role in their account is viewer (read only)." in said

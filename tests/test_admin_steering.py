@@ -4,14 +4,18 @@ has recipients."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.urls import reverse
+from django.utils import timezone
 
 from growth.models import Campaign, Send, Suppression
+from growth.operations.campaigns import approve_campaign
 from tests.factories import CampaignFactory, SubscriberFactory
-from tests.helpers import texts
-from tests.scenarios import audience, operator, sending_campaign
+from tests.helpers import confirm, texts
+from tests.scenarios import audience, operator, sending_campaign, statuses
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +56,7 @@ def test_confirming_moves_the_campaign_and_leaves_history(client, staff, tenant)
     campaign = sending_campaign(count=3, account=tenant)
     response = client.get(do_url(campaign, "pause"))
     assert "3 queued wait until it is resumed" in response.content.decode()
-    response = client.post(do_url(campaign, "pause"), {"post": "yes"}, follow=True)
+    response = confirm(client, do_url(campaign, "pause"), follow=True)
     assert any("1 campaign paused" in t for t in texts(response))
     campaign.refresh_from_db()
     assert campaign.status == "paused"
@@ -72,7 +76,7 @@ def test_an_unconfirmed_post_changes_nothing(client, staff, tenant):
 
 def test_cancelling_says_how_many_were_dropped_in_history(client, staff, tenant):
     campaign = sending_campaign(count=4, account=tenant)
-    client.post(do_url(campaign, "cancel"), {"post": "yes"})
+    confirm(client, do_url(campaign, "cancel"))
     assert LogEntry.objects.get().change_message == "Cancelled (4 queued recipients dropped)."
 
 
@@ -80,7 +84,7 @@ def test_send_now_approves_a_draft_with_no_schedule(client, staff, tenant):
     campaign = CampaignFactory(account=tenant, scheduled_for=None)
     audience(tenant, 2)
     assert "start at once" in client.get(do_url(campaign, "send_now")).content.decode()
-    client.post(do_url(campaign, "send_now"), {"post": "yes"})
+    confirm(client, do_url(campaign, "send_now"))
     assert Campaign.objects.start_due() == [campaign.id]
 
 
@@ -90,8 +94,8 @@ def test_a_list_action_asks_first_then_acts(client, staff, tenant):
                       {"action": "pause", "_selected_action": [one.pk, two.pk]})
     assert ask.status_code == 200 and "Pause 2 campaigns?" in ask.content.decode()
     assert set(Campaign.objects.values_list("status", flat=True)) == {"sending"}
-    client.post(reverse("admin:growth_campaign_changelist"),
-                {"action": "pause", "_selected_action": [one.pk, two.pk], "post": "yes"})
+    confirm(client, reverse("admin:growth_campaign_changelist"),
+            {"action": "pause", "_selected_action": [one.pk, two.pk]})
     assert set(Campaign.objects.values_list("status", flat=True)) == {"paused"}
     assert LogEntry.objects.count() == 2
 
@@ -149,3 +153,65 @@ def test_the_pause_banner_says_who_paused_and_what_to_look_at(client, staff, ten
     assert "cannot be sent as it is" not in guarded
     engine = page(client, by_engine)
     assert "cannot be sent as it is" in engine and "reputation" not in engine.split("errornote")[1][:300]
+
+
+# --- a confirmation is a promise: what it showed, or nothing ------------------------------------
+
+def test_a_cancel_confirmed_for_a_draft_does_nothing_once_the_campaign_started(
+        client, staff, tenant):
+    campaign = CampaignFactory(account=tenant)
+    audience(tenant, 4)
+    url = do_url(campaign, "cancel")
+    page = client.get(url)
+    assert "Nobody will get it" in page.content.decode()
+    approve_campaign(campaign_id=campaign.id)  # meanwhile, another operator and the worker
+    assert Campaign.objects.start_due() == [campaign.id]
+    assert Send.objects.build_recipients(campaign_id=campaign.id) == 4
+
+    seen = re.findall(r'name="seen" value="([^"]+)"', page.content.decode())
+    said = texts(client.post(url, {"post": "yes", "seen": seen}, follow=True))
+
+    campaign.refresh_from_db()
+    assert campaign.status == "sending" and statuses(campaign) == {"queued": 4}
+    assert any("is sending now, not as the page you confirmed showed it" in m for m in said)
+    assert not LogEntry.objects.exists()
+
+
+def test_a_list_action_leaves_alone_what_its_page_said_it_would_even_once_it_could_act(
+        client, staff, tenant):
+    one = sending_campaign(count=1, account=tenant)
+    two = CampaignFactory(account=tenant)  # a draft: "left alone: cannot be paused"
+    audience(tenant, 2)
+    changelist = reverse("admin:growth_campaign_changelist")
+    selection = {"action": "pause", "_selected_action": [one.pk, two.pk]}
+    page = client.post(changelist, selection)
+    assert "left alone" in page.content.decode()
+    approve_campaign(campaign_id=two.id)
+    assert Campaign.objects.start_due() == [two.id]
+
+    seen = re.findall(r'name="seen" value="([^"]+)"', page.content.decode())
+    client.post(changelist, {**selection, "post": "yes", "seen": seen})
+
+    assert Campaign.objects.get(pk=one.pk).status == "paused"
+    assert Campaign.objects.get(pk=two.pk).status == "sending"
+
+
+def test_an_approval_confirmed_before_the_draft_was_edited_does_nothing(client, staff, tenant):
+    campaign = CampaignFactory(account=tenant, scheduled_for=timezone.now())
+    audience(tenant, 2)
+    url = do_url(campaign, "approve")
+    page = client.get(url)
+    Campaign.objects.filter(pk=campaign.pk).update(subject="Edited since",
+                                                   updated_at=timezone.now())
+
+    seen = re.findall(r'name="seen" value="([^"]+)"', page.content.decode())
+    said = texts(client.post(url, {"post": "yes", "seen": seen}, follow=True))
+
+    assert Campaign.objects.get(pk=campaign.pk).status == "draft"
+    assert any("was changed since it was shown" in m for m in said)
+
+
+def test_a_confirmation_that_names_no_page_does_nothing(client, staff, tenant):
+    campaign = sending_campaign(count=2, account=tenant)
+    client.post(do_url(campaign, "cancel"), {"post": "yes"})
+    assert Campaign.objects.get(pk=campaign.pk).status == "sending"

@@ -133,3 +133,12 @@ def test_cancel_keeps_rows_already_on_the_wire():
     Send.objects.claim(worker_id="w", batch_size=1, lease=60)
     assert cancel_campaign(campaign_id=campaign.id) == 3
     assert statuses(campaign) == {"cancelled": 3, "sending": 1}
+
+
+@pytest.mark.django_db
+def test_a_cancel_from_an_expected_status_is_a_compare_and_set_on_it():
+    campaign = sending_campaign(count=3)
+    assert Campaign.objects.cancel(campaign_id=campaign.id, expected="draft") is None
+    assert Campaign.objects.get(pk=campaign.pk).status == "sending"
+    assert Campaign.objects.cancel(campaign_id=campaign.id, expected="sending") == 3
+    assert Campaign.objects.get(pk=campaign.pk).status == "cancelled"

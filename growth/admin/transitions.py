@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -33,21 +34,54 @@ S = Campaign.Status
 
 
 @dataclass(frozen=True)
+class Seen:
+    """A campaign as its confirmation page showed it: what the operator agreed to act on."""
+
+    status: str
+    version: datetime  # its updated_at
+
+    def key(self, campaign_id: int) -> str:
+        return f"{campaign_id}:{self.status}:{self.version.isoformat()}"
+
+    @classmethod
+    def of(cls, campaign: Campaign) -> Seen:
+        return cls(campaign.status, campaign.updated_at)
+
+    @classmethod
+    def posted(cls, request) -> dict[int, Seen]:
+        """The campaigns the confirmed page showed, by id (a damaged value: not shown)."""
+        seen = {}
+        for value in request.POST.getlist("seen"):
+            try:
+                pk, status, version = value.split(":", 2)
+                seen[int(pk)] = cls(status, datetime.fromisoformat(version))
+            except ValueError:
+                continue
+        return seen
+
+
+@dataclass(frozen=True)
 class Transition:
     name: str
     button: str
     done: str  # past participle, for messages and History
-    run: Callable[..., object]
+    run: Callable[[int, Seen], object]  # (campaign id, as shown): compare-and-set on what was shown
     allowed: tuple[str, ...]  # the statuses the button shows in
     dangerous: bool = False
 
 
 TRANSITIONS = {t.name: t for t in [
-    Transition("approve", "Approve", "approved", approve_campaign, (S.DRAFT,)),
-    Transition("send_now", "Send now", "set to go out now", send_now, (S.DRAFT, S.APPROVED)),
-    Transition("pause", "Pause", "paused", pause_campaign, (S.SENDING,)),
-    Transition("resume", "Resume", "resumed", resume_campaign, (S.PAUSED,)),
-    Transition("cancel", "Cancel", "cancelled", cancel_campaign,
+    Transition("approve", "Approve", "approved",
+               lambda pk, seen: approve_campaign(campaign_id=pk, version=seen.version), (S.DRAFT,)),
+    Transition("send_now", "Send now", "set to go out now",
+               lambda pk, seen: send_now(campaign_id=pk, expected=seen.status, version=seen.version),
+               (S.DRAFT, S.APPROVED)),
+    Transition("pause", "Pause", "paused", lambda pk, seen: pause_campaign(campaign_id=pk),
+               (S.SENDING,)),
+    Transition("resume", "Resume", "resumed", lambda pk, seen: resume_campaign(campaign_id=pk),
+               (S.PAUSED,)),
+    Transition("cancel", "Cancel", "cancelled",
+               lambda pk, seen: cancel_campaign(campaign_id=pk, expected=seen.status),
                (S.DRAFT, S.APPROVED, S.SENDING, S.PAUSED), dangerous=True),
 ]}
 
@@ -167,13 +201,23 @@ class TransitionAdminMixin:
             "opts": self.opts, "transition": transition, "rows": rows, "back_url": back_url,
             "from_list": from_list, "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "movable": sum(1 for _, e in rows if e is not None),
+            "seen": [Seen.of(c).key(c.pk) for c in campaigns],
         })
 
     def _run(self, request, transition: Transition, campaigns) -> None:
+        """Each campaign as its confirmation page showed it, or not at all: a campaign that moved
+        (or was edited) since is left alone with a word, never acted on in a state the operator
+        did not see (a draft's "nobody will get it" cancelling a campaign that started since)."""
         moved, refusals = [], []
+        shown = Seen.posted(request)
         for campaign in campaigns:
+            seen = shown.get(campaign.pk)
+            if seen is None or seen.status != campaign.status:
+                refusals.append(f"“{campaign}” is {campaign.status} now, not as the page you "
+                                f"confirmed showed it: nothing was done to it. Look again.")
+                continue
             try:
-                outcome = transition.run(campaign_id=campaign.id)
+                outcome = transition.run(campaign.pk, seen)
             except TransitionRefused as exc:
                 refusals.append(str(exc))
                 continue

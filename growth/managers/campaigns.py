@@ -81,12 +81,13 @@ class CampaignManager(models.Manager):
     def resume(self, *, campaign_id: int) -> bool:
         return bool(QUERIES.rows("resume", campaign_id=campaign_id))
 
-    def cancel(self, *, campaign_id: int) -> int | None:
-        """Cancel; return how many queued rows were dropped, or None if not cancellable."""
+    def cancel(self, *, campaign_id: int, expected: str | None = None) -> int | None:
+        """Cancel (``expected``: only from that status); return how many queued rows were
+        dropped, or None if not cancellable."""
         with transaction.atomic():
             QUERIES.rows("lock_campaign", campaign_id=campaign_id)
             QUERIES.rows("lock_cursor", campaign_id=campaign_id)
-            cancelled = QUERIES.one("cancel", campaign_id=campaign_id)
+            cancelled = QUERIES.one("cancel", campaign_id=campaign_id, expected=expected)
         return cancelled["dropped"] if cancelled else None
 
     def finish(self) -> list[int]:

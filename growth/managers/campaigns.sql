@@ -65,12 +65,14 @@ SELECT id FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE;
 -- for the rows on the wire, which their settle writes: 'sending' rows, and the rows of the lease
 -- protocol's live leases (its rows in flight are 'queued'). A free lease (given back, or freed by
 -- recovery) ends, its rows cancelled with the rest, the ones due again included (their next
--- attempt cleared with them). Run after lock_campaign and lock_cursor.
+-- attempt cleared with them). Run after lock_campaign and lock_cursor. %(expected)s: only from
+-- that status (NULL: from any unfinished one).
 WITH cancelled AS (
     UPDATE growth_campaigns
        SET status = 'cancelled', finished_at = now(), updated_at = now()
      WHERE id = %(campaign_id)s
        AND status IN ('draft', 'approved', 'sending', 'paused')
+       AND (%(expected)s::text IS NULL OR status = %(expected)s)  -- as the operator saw it
     RETURNING id
 ), free AS (
     DELETE FROM growth_send_leases

@@ -3,6 +3,8 @@ when the CAS finds the campaign elsewhere, the error says where."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.core.exceptions import ValidationError
 
 from growth.models import Campaign
@@ -13,10 +15,14 @@ class TransitionRefused(Exception):
     """The campaign is not in a state that allows this transition (or was moved meanwhile)."""
 
 
-def approve_campaign(*, campaign_id: int, send_now: bool = False) -> None:
-    """draft -> approved, due at its scheduled time (or at once: ``send_now``). Raise
+def approve_campaign(*, campaign_id: int, send_now: bool = False,
+                     version: datetime | None = None) -> None:
+    """draft -> approved, due at its scheduled time (or at once: ``send_now``); ``version``: only
+    if the campaign is still that one (its ``updated_at``, as an operator saw it). Raise
     ValidationError for unsendable content, TransitionRefused else."""
     campaign = _get(campaign_id)
+    if version is not None and campaign.updated_at != version:
+        raise TransitionRefused(f"“{campaign}” was changed since it was shown: look at it again.")
     if campaign.status != Campaign.Status.DRAFT:
         raise TransitionRefused(f"“{campaign}” is {campaign.status}, not draft.")
     check_content(subject=campaign.subject, body_text=campaign.body_text,
@@ -29,11 +35,15 @@ def approve_campaign(*, campaign_id: int, send_now: bool = False) -> None:
         raise TransitionRefused(_moved(campaign, "approved"))
 
 
-def send_now(*, campaign_id: int) -> None:
-    """A draft is approved due at once; an approved campaign scheduled later becomes due now."""
+def send_now(*, campaign_id: int, expected: str | None = None,
+             version: datetime | None = None) -> None:
+    """A draft is approved due at once; an approved campaign scheduled later becomes due now.
+    ``expected``, ``version``: only if it is still that status and that version."""
     campaign = _get(campaign_id)
+    if expected is not None and campaign.status != expected:
+        raise TransitionRefused(f"“{campaign}” is {campaign.status} now, not {expected}.")
     if campaign.status == Campaign.Status.DRAFT:
-        approve_campaign(campaign_id=campaign_id, send_now=True)
+        approve_campaign(campaign_id=campaign_id, send_now=True, version=version)
     elif not Campaign.objects.bring_forward(campaign_id=campaign_id):
         current = Campaign.objects.status_of(campaign_id=campaign_id)
         if current == Campaign.Status.APPROVED:
@@ -53,9 +63,10 @@ def resume_campaign(*, campaign_id: int) -> None:
         raise TransitionRefused(_moved(_get(campaign_id), "resumed", expected="paused"))
 
 
-def cancel_campaign(*, campaign_id: int) -> int:
-    """Cancel; return how many queued recipients were dropped."""
-    dropped = Campaign.objects.cancel(campaign_id=campaign_id)
+def cancel_campaign(*, campaign_id: int, expected: str | None = None) -> int:
+    """Cancel (``expected``: only from that status); return how many queued recipients were
+    dropped."""
+    dropped = Campaign.objects.cancel(campaign_id=campaign_id, expected=expected)
     if dropped is None:
         raise TransitionRefused(_moved(_get(campaign_id), "cancelled"))
     return dropped
