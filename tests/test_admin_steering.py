@@ -173,7 +173,8 @@ def test_a_cancel_confirmed_for_a_draft_does_nothing_once_the_campaign_started(
 
     campaign.refresh_from_db()
     assert campaign.status == "sending" and statuses(campaign) == {"queued": 4}
-    assert any("is sending now, not as the page you confirmed showed it" in m for m in said)
+    assert (f"“{campaign}” is sending now, not draft as the page you confirmed showed it: "
+            "nothing was done to it. Look again.") in said
     assert not LogEntry.objects.exists()
 
 

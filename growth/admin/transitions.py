@@ -212,9 +212,13 @@ class TransitionAdminMixin:
         shown = Seen.posted(request)
         for campaign in campaigns:
             seen = shown.get(campaign.pk)
-            if seen is None or seen.status != campaign.status:
-                refusals.append(f"“{campaign}” is {campaign.status} now, not as the page you "
-                                f"confirmed showed it: nothing was done to it. Look again.")
+            if seen is None:
+                refusals.append(f"“{campaign}” was not offered by the page you confirmed: nothing "
+                                "was done to it.")
+                continue
+            if seen.status != campaign.status:
+                refusals.append(f"“{campaign}” is {campaign.status} now, not {seen.status} as the "
+                                "page you confirmed showed it: nothing was done to it. Look again.")
                 continue
             try:
                 outcome = transition.run(campaign.pk, seen)
