@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from growth.managers.limits import ThrottlePolicy
 from growth.models import (
+    Account,
     Campaign,
     Destination,
     RateLimit,
@@ -262,6 +263,18 @@ def test_a_warmup_that_has_grown_past_its_end_caps_nothing():
     account.save()
     assert len(claim(campaign, batch=20).rows) == 12
     assert not RateLimit.objects.filter(account=account).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("growth", "days"), [(10.0, 400), (1e200, 3), (1.5, 4000)])
+def test_a_warmup_grown_past_what_a_float_holds_caps_nothing_and_stops_no_campaign(growth, days):
+    """growth ** days raised OverflowError: every page of the tenant answered 500 and the
+    worker paused its sending campaigns with that error as the reason."""
+    campaign = campaign_to({"example.com": 12})
+    Account.objects.filter(id=campaign.account_id).update(
+        warmup_started_on=timezone.now().date() - dt.timedelta(days=days), warmup_daily_start=5,
+        warmup_daily_growth=growth, warmup_until=1000)
+    assert len(claim(campaign, batch=20).rows) == 12
 
 
 @pytest.mark.django_db

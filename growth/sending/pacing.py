@@ -67,7 +67,10 @@ def warmup_cap(*, started_on: dt.date | None, daily_start: int, daily_growth: fl
     if started_on is None:
         return None
     day = max(0, (today - started_on).days)
-    cap = daily_start * daily_growth ** min(day, 400)  # 400: far past any until, no overflow
+    try:
+        cap = daily_start * daily_growth ** day
+    except OverflowError:  # past any until (a float's range ends near 1.8e308)
+        return None
     return None if cap >= until else int(cap)
 
 
