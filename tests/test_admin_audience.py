@@ -247,3 +247,27 @@ def test_a_public_unsubscribe_link_still_works_for_a_subscriber_added_in_the_adm
     assert Client().post(reverse("growth:unsubscribe", args=[token])).status_code == 200
     subscriber.refresh_from_db()
     assert subscriber.status == "unsubscribed"
+
+
+@pytest.mark.parametrize("change", ["edit", "move", "add"])
+def test_an_address_already_in_the_segment_is_a_form_error_not_a_500(client, staff, tenant, change):
+    """The uniqueness reads email_lower, which is no field of the form: Django left it to the
+    database, whose IntegrityError was a 500."""
+    here, there = SegmentFactory(account=tenant), SegmentFactory(account=tenant)
+    SubscriberFactory(segment=here, email="ann@example.com")
+    if change == "add":
+        url, data = reverse("admin:growth_subscriber_add"), {
+            "email": "Ann@Example.com", "segment": here.pk, "account": tenant.pk,
+            "status": "confirmed"}
+    else:
+        moving = SubscriberFactory(segment=there if change == "move" else here,
+                                   email="ann@example.com" if change == "move" else "bob@example.com")
+        url = reverse("admin:growth_subscriber_change", args=[moving.pk])
+        data = {"email": "ANN@example.com", "segment": here.pk}
+
+    response = client.post(url, data)
+
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["email"] == [
+        f"ann@example.com is in the segment “{here}” already."]
+    assert Subscriber.objects.filter(segment=here, email_lower="ann@example.com").count() == 1

@@ -108,8 +108,25 @@ class SubscriberImportForm(forms.Form):
         self.fields["segment"].label_from_instance = lambda s: f"{s.account} — {s.name}"
 
 
+class SubscriberForm(forms.ModelForm):
+    def clean(self):
+        """One subscriber an address a segment: the constraint reads email_lower, which is no
+        field of the form, so Django's own check left it to the database (a 500)."""
+        cleaned = super().clean()
+        segment = cleaned.get("segment", self.instance.segment if self.instance.pk else None)
+        try:
+            email_lower = parse_address(cleaned.get("email") or "").email_lower
+        except ValidationError:
+            return cleaned  # the model's clean says what is wrong with it
+        if segment and (Subscriber.objects.filter(segment=segment, email_lower=email_lower)
+                        .exclude(pk=self.instance.pk).exists()):
+            self.add_error("email", f"{email_lower} is in the segment “{segment}” already.")
+        return cleaned
+
+
 @admin.register(Subscriber)
 class SubscriberAdmin(TenantScopedAdmin):
+    form = SubscriberForm
     list_display = ["email", "account", "segment", "status", "created_at"]
     list_filter = ["status", ("account", ScopedRelatedFilter), ("segment", ScopedRelatedFilter)]
     list_select_related = ["account", "segment"]
