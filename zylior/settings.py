@@ -43,7 +43,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "growth.request_charset.TextCharsetMiddleware",  # before anything reads a body
+    "growth.request_guards.TextCharsetMiddleware",  # before anything reads a body
+    "growth.request_guards.NulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, from the WSGI server itself
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -1,0 +1,51 @@
+"""Guards on what a request carries, before any view or middleware reads it.
+
+- **A charset that is no text encoding.** Django ignores a body's charset that it cannot look
+  up, and reads the body as DEFAULT_CHARSET. A name that Python's codecs know but that is no text
+  encoding (``rot13``, ``hex``, ``base64``, ``zlib``) passes that lookup, and every read of
+  ``request.POST`` then raised LookupError (``undefined``: UnicodeError): a 500 from the CSRF check
+  of any form, and a one-click unsubscribe (RFC 8058 allows a multipart body) that lost its
+  opt-out. Such a charset is ignored the same way.
+- **A NUL character in the URL.** PostgreSQL refuses NUL in text, so a NUL that reached a query
+  (an admin list's filter, a text primary key) was a 500. In the path no object is named so: 404;
+  in the query string: 400. A form's fields refuse NUL themselves (Django's
+  ProhibitNullCharactersValidator).
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import BadRequest
+from django.http import Http404, HttpRequest, HttpResponse
+
+NUL = "\x00"
+
+
+class TextCharsetMiddleware:
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.encoding and not _decodes_text(request.encoding):
+            request.encoding = None  # DEFAULT_CHARSET
+        return self.get_response(request)
+
+
+class NulMiddleware:
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if NUL in request.path:
+            raise Http404("There is no such page.")
+        if any(NUL in key or any(NUL in value for value in values)
+               for key, values in request.GET.lists()):
+            raise BadRequest("A NUL character is not allowed in a URL.")
+        return self.get_response(request)
+
+
+def _decodes_text(name: str) -> bool:
+    try:
+        b"x".decode(name, "replace")  # not b"": an empty input decodes without the codec
+    except (LookupError, ValueError):
+        return False
+    return True
