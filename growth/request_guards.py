@@ -6,16 +6,18 @@
   ``request.POST`` then raised LookupError (``undefined``: UnicodeError): a 500 from the CSRF check
   of any form, and a one-click unsubscribe (RFC 8058 allows a multipart body) that lost its
   opt-out. Such a charset is ignored the same way.
-- **A NUL character in the URL.** PostgreSQL refuses NUL in text, so a NUL that reached a query
-  (an admin list's filter, a text primary key) was a 500. In the path no object is named so: 404;
-  in the query string: 400. A form's fields refuse NUL themselves (Django's
-  ProhibitNullCharactersValidator).
+- **A NUL character in the admin's URLs.** PostgreSQL refuses NUL in text, so a NUL that reached
+  a query (a list's filter, a text primary key) was a 500. In the path no object is named so:
+  404; in the query string: 400. A form's fields refuse NUL themselves (Django's
+  ProhibitNullCharactersValidator), and the tenant's and the public pages read their own
+  parameters (a damaged unsubscribe link gets its own page, which says so).
 """
 
 from __future__ import annotations
 
 from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import reverse
 
 NUL = "\x00"
 
@@ -30,11 +32,13 @@ class TextCharsetMiddleware:
         return self.get_response(request)
 
 
-class NulMiddleware:
+class AdminNulMiddleware:
     def __init__(self, get_response) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith(reverse("admin:index")):
+            return self.get_response(request)
         if NUL in request.path:
             raise Http404("There is no such page.")
         if any(NUL in key or any(NUL in value for value in values)

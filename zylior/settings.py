@@ -44,7 +44,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "growth.request_guards.TextCharsetMiddleware",  # before anything reads a body
-    "growth.request_guards.NulMiddleware",
+    "growth.request_guards.AdminNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, from the WSGI server itself
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
