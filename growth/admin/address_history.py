@@ -47,7 +47,7 @@ class AddressHistoryMixin:
         accounts = scoped_choices(Account, request).order_by("name")
         bound = "email" in request.GET
         if bound and request.GET.get("account") and not accounts.filter(
-                pk=request.GET["account"] if request.GET["account"].isdigit() else 0).exists():
+                pk=_id(request.GET["account"])).exists():
             raise Http404("There is no account with this id.")  # another tenant's: no leak
         form = AddressForm(request.GET if bound else None, accounts=accounts)
         record = None
@@ -67,3 +67,9 @@ class AddressHistoryMixin:
         return format_html('<a href="{}">{} in every campaign of {}</a>',
                            address_history_url(obj.account_id, obj.email_lower), obj.email_lower,
                            obj.account)
+
+
+def _id(text: str) -> int:
+    """An id as typed; 0 (no account) for anything else ("²" is a digit to str.isdigit, not
+    to int)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else 0
