@@ -3,6 +3,7 @@ database, and what a response told its user."""
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import sys
@@ -27,12 +28,18 @@ def texts(response) -> list[str]:
     return [str(m) for m in get_messages(response.wsgi_request)]
 
 
+_HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"')
+
+
 def confirm(client, url: str, data: dict | None = None, **kwargs):
-    """Ask for a confirmation page (GET, or POST ``data``: a list's action), then confirm it as
-    an operator's browser would, with the page's hidden ``seen`` fields."""
+    """Ask for a confirmation page (GET, or POST ``data``: a list's action), then post its form
+    as an operator's browser would: every hidden field the page holds (what it promised)."""
     page = client.post(url, data) if data else client.get(url)
-    seen = re.findall(r'name="seen" value="([^"]+)"', page.content.decode())
-    return client.post(url, {**(data or {}), "post": "yes", "seen": seen}, **kwargs)
+    fields: dict[str, list[str]] = {}
+    for name, value in _HIDDEN.findall(page.content.decode()):
+        if name != "csrfmiddlewaretoken":
+            fields.setdefault(name, []).append(html.unescape(value))
+    return client.post(url, fields, **kwargs)
 
 
 def concurrently(count: int, func: Callable[[int], object]) -> list[object]:

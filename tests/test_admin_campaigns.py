@@ -187,15 +187,16 @@ def test_pause_resume_and_cancel_go_through_the_cas_and_explain_refusals(client,
     messages = texts(act(client, "pause", running, draft))
     assert messages[0] == "1 campaign paused: “Running”."
     assert "“Draft” is draft: only a sending campaign can be paused." in messages
-    # a page that offers nothing to confirm (Running is paused already), confirmed all the same
-    assert texts(act(client, "pause", running))[1] == (
-        "“Running” was not offered by the page you confirmed: nothing was done to it.")
+    page = act(client, "pause", running, confirmed=False).content.decode()
+    assert "left alone: a paused campaign cannot be paused" in page
+    assert 'name="post"' not in page  # nothing to confirm
     assert texts(act(client, "resume", running))[0] == "1 campaign resumed: “Running”."
     messages = texts(act(client, "cancel", running, draft))
     assert messages[0] == ("2 campaigns cancelled: “Running” (4 queued recipients dropped), "
                            "“Draft” (0 queued recipients dropped).")
-    assert texts(act(client, "cancel", running))[1] == (
-        "“Running” was not offered by the page you confirmed: nothing was done to it.")
+    page = act(client, "cancel", running, confirmed=False).content.decode()
+    assert "left alone: a cancelled campaign cannot be cancelled" in page
+    assert 'name="post"' not in page
     assert set(Send.objects.values_list("status", flat=True)) == {"cancelled"}
 
 

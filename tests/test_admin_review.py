@@ -4,6 +4,8 @@ recorded as a verdict and in the send's History, refused for another tenant's se
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.conf import settings
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -20,7 +22,7 @@ from growth.job_ids import message_id
 from growth.models import Campaign, Send, SendVerdict
 from growth.operations.campaigns import cancel_campaign
 from tests.factories import UserFactory
-from tests.helpers import texts
+from tests.helpers import confirm, texts
 from tests.scenarios import (
     finished_campaign_with_unknown_rows,
     make_unknown,
@@ -266,7 +268,7 @@ def test_confirming_decides_and_leaves_a_verdict_and_history(client, staff, tena
                                                              status, verdict):
     sending_campaign(count=2, account=tenant)
     (row,) = make_unknown(1)
-    response = client.post(decide_url(row, decision), {"post": "yes"})
+    response = confirm(client, decide_url(row, decision))
     assert response.status_code == 302
     assert response["Location"] == reverse("admin:growth_send_change", args=[row])
     assert Send.objects.get(id=row).status == status
@@ -284,7 +286,7 @@ def test_a_retry_that_reopens_a_finished_campaign_says_so_in_its_history(client,
     campaign, lost = finished_campaign_with_unknown_rows()
     Campaign.objects.filter(id=campaign.id).update(account=tenant)
     Send.objects.filter(campaign=campaign).update(account=tenant)
-    response = client.post(decide_url(lost[0], "retry"), {"post": "yes"}, follow=True)
+    response = confirm(client, decide_url(lost[0], "retry"), follow=True)
     assert "1 finished campaign(s) went back to sending so that the worker sends these rows." in texts(
         response)
     campaign.refresh_from_db()
@@ -297,11 +299,11 @@ def test_a_retry_that_reopens_a_finished_campaign_says_so_in_its_history(client,
 def test_a_decision_about_a_send_no_longer_unknown_changes_nothing(client, staff, tenant):
     campaign = sending_campaign(count=2, account=tenant)
     (row,) = make_unknown(1)
-    client.post(decide_url(row, "delivered"), {"post": "yes"})
+    confirm(client, decide_url(row, "delivered"))
     body = client.get(decide_url(row, "not-delivered")).content.decode()
     assert "Nothing will change" in body and "1: sent, not unknown" in body
     assert 'value="Yes,' not in body
-    response = client.post(decide_url(row, "not-delivered"), {"post": "yes"}, follow=True)
+    response = confirm(client, decide_url(row, "not-delivered"), follow=True)
     assert texts(response) == ["0 sends marked as not delivered (a follow-up campaign can resend "
                                "them).", "1 left alone: sent, not unknown."]
     assert statuses(campaign) == {"sent": 1, "queued": 1}
@@ -339,7 +341,7 @@ def test_who_may_not_decide_is_refused(client, tenant, other_tenant, who):
     body = change_page(client, row)
     assert "/decide/" not in body and "does not let you decide" in body
     assert client.get(decide_url(row, "delivered")).status_code == 403
-    assert client.post(decide_url(row, "delivered"), {"post": "yes"}).status_code == 403
+    assert confirm(client, decide_url(row, "delivered")).status_code == 403
     assert statuses(campaign) == {"unknown": 1, "queued": 1}
 
 
@@ -348,7 +350,7 @@ def test_confirming_needs_the_csrf_token(tenant):
     client.force_login(operator(tenant))
     sending_campaign(count=1, account=tenant)
     (row,) = make_unknown(1)
-    assert client.post(decide_url(row, "delivered"), {"post": "yes"}).status_code == 403
+    assert confirm(client, decide_url(row, "delivered")).status_code == 403
     assert Send.objects.get(id=row).status == "unknown"
 
 
@@ -374,8 +376,8 @@ def test_an_action_first_shows_what_will_happen_to_how_many_sends(client, staff,
     assert 'name="action" value="mark_as_not_delivered"' in body
     assert statuses(campaign) == {"unknown": 2, "failed": 1, "queued": 2}  # nothing yet
 
-    response = client.post(CHANGELIST, {"action": "mark_as_not_delivered", "post": "yes",
-                                        "_selected_action": selected}, follow=True)
+    response = confirm(client, CHANGELIST, {"action": "mark_as_not_delivered",
+                                            "_selected_action": selected}, follow=True)
     assert texts(response) == [
         "2 sends marked as not delivered (a follow-up campaign can resend them).",
         "1 left alone: failed, not unknown.", "2 left alone: queued, not unknown."]
@@ -394,8 +396,8 @@ def test_a_retry_says_which_unknown_sends_it_will_leave_alone_and_why(client, st
     body = client.post(CHANGELIST, {"action": "retry_same_key", "index": "0",
                                     "_selected_action": lost}).content.decode()
     assert "Nothing will change" in body and "2: its campaign is cancelled" in body
-    response = client.post(CHANGELIST, {"action": "retry_same_key", "post": "yes",
-                                        "_selected_action": lost}, follow=True)
+    response = confirm(client, CHANGELIST, {"action": "retry_same_key",
+                                            "_selected_action": lost}, follow=True)
     assert texts(response)[1:] == ["2 left alone: its campaign is cancelled."]
     assert not any(entries_of(pk).exists() for pk in lost)
 
@@ -408,8 +410,8 @@ def test_select_all_across_pages_counts_and_decides_the_whole_filter(client, sta
                              "_selected_action": [lost[0]]}).content.decode()
     assert "3 sends will move (unknown → sent)" in body and "3 selected sends will be left alone" in body
     assert 'name="select_across" value="1"' in body
-    client.post(url, {"action": "mark_as_delivered", "post": "yes", "select_across": "1",
-                      "_selected_action": [lost[0]]})
+    confirm(client, url, {"action": "mark_as_delivered", "index": "0", "select_across": "1",
+                          "_selected_action": [lost[0]]})
     assert statuses(campaign) == {"sent": 3, "queued": 3}
     assert LogEntry.objects.filter(user=staff).count() == 3
 
@@ -422,3 +424,47 @@ def test_a_viewer_gets_no_decision_in_the_list(client, tenant):
     client.post(CHANGELIST, {"action": "mark_as_delivered", "post": "yes", "_selected_action": lost})
     assert statuses(campaign) == {"unknown": 1, "queued": 1}
     assert not LogEntry.objects.exists()
+
+
+# --- a confirmation is a promise: the sends it listed, or none ----------------------------------
+
+def test_a_send_that_became_unknown_after_the_page_is_not_decided_with_the_others(
+        client, staff, tenant):
+    campaign = sending_campaign(count=3, account=tenant)
+    lost = make_unknown(1)
+    queued = list(Send.objects.filter(campaign=campaign, status="queued").values_list("id", flat=True))
+    selection = {"action": "mark_as_delivered", "index": "0", "_selected_action": [*lost, *queued]}
+    page = client.post(CHANGELIST, selection).content.decode()
+    assert "1 send will move (unknown → sent)" in page and "2: queued, not unknown" in page
+    make_unknown(1)  # meanwhile a worker took one of the queued and died: never reviewed
+
+    planned = re.search(r'name="planned" value="([^"]+)"', page).group(1)
+    response = client.post(CHANGELIST, {**selection, "post": "yes", "planned": planned})
+
+    assert not SendVerdict.objects.exists() and statuses(campaign)["unknown"] == 2
+    body = response.content.decode()  # the page again, as it now stands
+    assert "2 sends will move (unknown → sent)" in body
+    assert "The sends this would move changed since the page was shown" in body
+
+
+def test_select_all_confirmed_for_n_sends_moves_none_once_there_are_more(client, staff, tenant):
+    campaign = sending_campaign(count=6, account=tenant)
+    lost = make_unknown(2)
+    url = f"{CHANGELIST}?campaign__id__exact={campaign.id}"
+    selection = {"action": "mark_as_delivered", "index": "0", "select_across": "1",
+                 "_selected_action": [lost[0]]}
+    page = client.post(url, selection).content.decode()
+    assert "2 sends will move (unknown → sent)" in page
+    make_unknown(2)
+
+    planned = re.search(r'name="planned" value="([^"]+)"', page).group(1)
+    client.post(url, {**selection, "post": "yes", "planned": planned})
+
+    assert not SendVerdict.objects.exists() and statuses(campaign)["unknown"] == 4
+
+
+def test_a_decision_on_one_send_confirmed_without_its_page_moves_nothing(client, staff, tenant):
+    sending_campaign(count=1, account=tenant)
+    (row,) = make_unknown(1)
+    response = client.post(decide_url(row, "delivered"), {"post": "yes"})
+    assert response.status_code == 200 and not SendVerdict.objects.exists()

@@ -8,7 +8,7 @@ from django.test import Client
 from django.urls import reverse
 
 from growth.models import Campaign, Send, SendVerdict
-from tests.helpers import texts
+from tests.helpers import confirm, texts
 from tests.scenarios import (
     finished_campaign_with_unknown_rows,
     make_unknown,
@@ -27,9 +27,9 @@ def rows(body: str) -> int:
 
 
 def act(client: Client, action: str, ids, **extra):
-    """Run the action on the rows, confirmed (its confirmation page posts back with post=yes)."""
-    return client.post(CHANGELIST, {"action": action, "_selected_action": list(ids), "post": "yes",
-                                    **extra}, follow=True)
+    """Run the action on the rows, confirmed through its confirmation page."""
+    return confirm(client, CHANGELIST, {"action": action, "_selected_action": list(ids), **extra},
+                   follow=True)
 
 
 def test_sends_are_read_only(client, staff, tenant):

@@ -5,6 +5,7 @@ delete_selected does; confirming records a verdict and a LogEntry on every send 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -133,8 +134,8 @@ class ReviewMixin:
         if not self.may_decide(request, send):
             raise PermissionDenied
         selected = Send.objects.filter(pk=send.pk)
-        if request.method == "POST" and request.POST.get("post") == "yes":
-            self._carry_out(request, chosen, selected)
+        if (request.method == "POST" and request.POST.get("post") == "yes"
+                and self._carry_out(request, chosen, selected)):
             return HttpResponseRedirect(reverse("admin:growth_send_change", args=[send.pk]))
         return self._confirmation(request, chosen, selected, send=send)
 
@@ -156,8 +157,7 @@ class ReviewMixin:
         return self._decide_selected(request, queryset, DECISIONS["not-delivered"])
 
     def _decide_selected(self, request, queryset, decision: Decision):
-        if request.POST.get("post") == "yes":
-            self._carry_out(request, decision, queryset)
+        if request.POST.get("post") == "yes" and self._carry_out(request, decision, queryset):
             return None  # back to the list, as it was filtered
         hidden = [("action", decision.action), ("post", "yes"),
                   *((ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(ACTION_CHECKBOX_NAME))]
@@ -184,11 +184,20 @@ class ReviewMixin:
             "unlisted": len(planned.moving) - len(rows),
             "left_alone": sorted(planned.left_alone.items()),
             "left_alone_total": sum(planned.left_alone.values()),
-            "hidden": hidden or [("post", "yes")], "back_url": back,
+            "hidden": [*(hidden or [("post", "yes")]), ("planned", _digest(planned.moving))],
+            "back_url": back,
         })
 
-    def _carry_out(self, request, decision: Decision, queryset) -> None:
+    def _carry_out(self, request, decision: Decision, queryset) -> bool:
+        """Move the sends the confirmed page listed, or none: if the selection now plans other
+        sends (one became unknown since, a worker settled another), say so and return False,
+        for the page to be shown again as it now stands."""
         planned: Plan = plan(queryset, retry=decision.retry)
+        if request.POST.get("planned") != _digest(planned.moving):
+            self.message_user(request, "The sends this would move changed since the page was "
+                              "shown: nothing was done. Here is what it would do now.",
+                              messages.WARNING)
+            return False
         decided_by = f"operator {request.user.get_username()}"
         review = Review(moved=(), skipped={}, reopened_campaigns=[])
         if planned.moving:
@@ -196,6 +205,7 @@ class ReviewMixin:
                 review = decision.operation(send_ids=planned.moving, decided_by=decided_by)
                 self._log(request, decision, review, decided_by)
         self._report(request, decision, review, planned)
+        return True
 
     def _log(self, request, decision: Decision, review: Review, decided_by: str) -> None:
         sends = Send.objects.filter(id__in=review.moved).only("id", "job_id").order_by("id")
@@ -222,3 +232,9 @@ class ReviewMixin:
         if review.reopened_campaigns:
             self.message_user(request, f"{len(review.reopened_campaigns)} finished campaign(s) went "
                               "back to sending so that the worker sends these rows.", messages.INFO)
+
+
+def _digest(send_ids) -> str:
+    """The sends a confirmation page promised to move, in one hidden field whatever their
+    number (a field per id would pass Django's DATA_UPLOAD_MAX_NUMBER_FIELDS)."""
+    return hashlib.sha256(",".join(map(str, sorted(send_ids))).encode()).hexdigest()
