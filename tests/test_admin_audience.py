@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
@@ -10,7 +11,7 @@ from django.urls import reverse
 from growth.models import Account, Membership, Subscriber, Suppression
 from growth.sending.unsubscribe import make_token
 from tests.factories import SegmentFactory, SubscriberFactory, UserFactory
-from tests.helpers import texts
+from tests.helpers import confirm, texts
 from tests.scenarios import operator
 
 pytestmark = pytest.mark.django_db
@@ -126,12 +127,36 @@ def test_confirm_pending_action(client, staff, tenant):
     segment = SegmentFactory(account=tenant)
     pending = SubscriberFactory(segment=segment, status="pending")
     gone = SubscriberFactory(segment=segment, status="unsubscribed")
-    response = client.post(reverse("admin:growth_subscriber_changelist"), {
-        "action": "confirm_pending", "_selected_action": [pending.pk, gone.pk]}, follow=True)
+    changelist = reverse("admin:growth_subscriber_changelist")
+    selection = {"action": "confirm_pending", "_selected_action": [pending.pk, gone.pk]}
+    page = client.post(changelist, selection).content.decode()
+    assert "1 pending subscriber will be confirmed" in page and pending.email in page
+    assert "1 selected subscriber will be left alone" in page and gone.email not in page
+    assert Subscriber.objects.get(pk=pending.pk).status == "pending"  # asked, not done
+
+    response = confirm(client, changelist, selection, follow=True)
+
     assert texts(response) == ["1 subscriber(s) confirmed.", "1 left alone: not pending (an "
                                "unsubscribed address is never confirmed from here)."]
     assert dict(Subscriber.objects.values_list("id", "status")) == {
         pending.id: "confirmed", gone.id: "unsubscribed"}
+    (entry,) = LogEntry.objects.all()
+    assert (entry.object_id, entry.user) == (str(pending.pk), staff)
+    assert "pending → confirmed" in entry.change_message
+
+
+def test_an_import_is_recorded_in_its_segments_history(client, staff, tenant):
+    segment = SegmentFactory(account=tenant)
+    upload = SimpleUploadedFile("list.csv", b"a@example.com\nb@example.com\n")
+    client.post(reverse("admin:growth_subscriber_import"),
+                {"segment": segment.pk, "status": "confirmed", "file": upload})
+    (entry,) = LogEntry.objects.all()
+    assert (entry.object_id, entry.user) == (str(segment.pk), staff)
+    assert entry.change_message == "Imported 2 subscriber(s) as confirmed from “list.csv”."
+    checked = SimpleUploadedFile("list.csv", b"c@example.com\n")
+    client.post(reverse("admin:growth_subscriber_import"),
+                {"segment": segment.pk, "status": "confirmed", "file": checked, "check_only": "on"})
+    assert LogEntry.objects.count() == 1  # a check imports nothing and records nothing
 
 
 def test_subscriber_list_is_scoped_searchable_and_filterable(client, staff, tenant, other_tenant):

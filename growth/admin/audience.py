@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
@@ -149,15 +152,36 @@ class SubscriberAdmin(TenantScopedAdmin):
         else:
             obj.save()
 
-    @admin.action(description="Confirm selected pending subscribers", permissions=["change"])
+    @admin.action(description="Confirm selected pending subscribers…", permissions=["change"])
     def confirm_pending(self, request, queryset):
+        """Asked first (the subscribers start receiving campaigns), then done and recorded in
+        each one's History. Only pending ones move, by compare-and-set: one unsubscribed since
+        the page was shown stays so."""
         ids = list(queryset.values_list("id", flat=True))
-        confirmed = Subscriber.objects.confirm_pending(ids)
+        if request.POST.get("post") != "yes":
+            pending = list(queryset.filter(status=Subscriber.Status.PENDING)
+                           .select_related("account", "segment").order_by("id"))
+            return TemplateResponse(request, "growth/admin/subscriber_confirm_pending.html", {
+                **self.admin_site.each_context(request), "opts": self.opts,
+                "title": "Confirm pending subscribers?", "pending": pending,
+                "left_alone": len(ids) - len(pending),
+                "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+                "select_across": request.POST.get("select_across") == "1",
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "back_url": request.get_full_path()})
+        with transaction.atomic():  # the change and its History commit together
+            confirmed = Subscriber.objects.confirm_pending(ids)
+            LogEntry.objects.log_actions(
+                user_id=request.user.pk, action_flag=CHANGE,
+                queryset=Subscriber.objects.filter(id__in=confirmed).order_by("id"),
+                change_message="Confirmed by an operator (pending → confirmed): receives its "
+                               "segment's campaigns from now on.")
         self.message_user(request, f"{len(confirmed)} subscriber(s) confirmed.", messages.SUCCESS)
         if len(ids) > len(confirmed):
             self.message_user(request, f"{len(ids) - len(confirmed)} left alone: not pending "
                               "(an unsubscribed address is never confirmed from here).",
                               messages.WARNING)
+        return None
 
     def get_urls(self):
         return [
@@ -180,6 +204,11 @@ class SubscriberAdmin(TenantScopedAdmin):
                     status=form.cleaned_data["status"],
                     skip_invalid=form.cleaned_data["skip_invalid"],
                     check_only=form.cleaned_data["check_only"])
+                if report.imported and report.accepted:
+                    segment = form.cleaned_data["segment"]
+                    self.log_change(request, segment, (
+                        f"Imported {len(report.accepted):,} subscriber(s) as "
+                        f"{form.cleaned_data['status']} from “{form.cleaned_data['file'].name}”."))
             except UnreadableFile as exc:
                 error = f"Nothing was imported: {exc}"
             except ValidationError as exc:
