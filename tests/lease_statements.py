@@ -79,7 +79,7 @@ def cancel(cursor, campaign_id: int) -> list[int]:
     """The engine's cancel of the campaign, on the copies: the rows it cancelled."""
     cursor.execute("SELECT id FROM dir_sends WHERE status = 'cancelled'")
     before = {row[0] for row in cursor.fetchall()}
-    run(cursor, "campaigns.cancel", campaign_id=campaign_id)
+    run(cursor, "campaigns.cancel", campaign_id=campaign_id, expected=None)
     cursor.execute("SELECT id FROM dir_sends WHERE status = 'cancelled'")
     return sorted({row[0] for row in cursor.fetchall()} - before)
 
