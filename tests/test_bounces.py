@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import email
 import logging
+import re
 import signal
 import smtplib
 import socket
@@ -658,11 +659,17 @@ class FakeMailBox:
         self.actions: list[tuple] = []
         self.folder = FakeFolders(self)
 
+    def uids(self, criteria) -> list[str]:
+        assert "UNSEEN" in str(criteria)
+        return [uid for uid in self.folders["INBOX"] if uid not in self.seen]
+
     def fetch(self, criteria, *, mark_seen=True, limit=None, **kwargs):
+        """As imap-tools' fetch, which parses each message as it fetches it."""
         assert mark_seen is False, "fetching must not mark a message seen before it is recorded"
         assert "UNSEEN" in str(criteria)
+        wanted = re.search(r"UID (\d+)", str(criteria))
         for uid, raw in list(self.folders["INBOX"].items())[:limit]:
-            if uid not in self.seen:
+            if uid not in self.seen and (wanted is None or wanted[1] == uid):
                 yield SimpleNamespace(uid=uid, obj=email.message_from_bytes(raw))
 
     def move(self, uid: str, folder: str) -> None:
@@ -750,6 +757,29 @@ def test_imap_a_message_the_recording_fails_on_goes_to_unparsed(world, caplog):
     assert mailbox.MailboxReader(box, recorder=bug).run_once() == {Outcome.UNPARSED: 1}
     assert set(box.folders["unparsed"]) == {"1"}
     caplog.clear()  # the bug's logged error is expected here
+
+
+def deeply_nested(depth: int = 1200) -> bytes:
+    """About 30 kB from anyone: deeper than Python's parser can recurse."""
+    head = b"".join(b"Content-Type: multipart/mixed; boundary=b%d\n\n--b%d\n" % (i, i)
+                    for i in range(depth))
+    tail = b"".join(b"\n--b%d--\n" % i for i in reversed(range(depth)))
+    return (b"From: someone@internet.example\nSubject: hi\nMIME-Version: 1.0\n" + head
+            + b"Content-Type: text/plain\n\nx\n" + tail)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_imap_a_message_the_parser_cannot_read_goes_to_unparsed_and_the_rest_are_read(
+        world, caplog):
+    """imap-tools parses while it fetches: the RecursionError escaped the pass, the message
+    stayed unseen, and every later pass (and run_bounces) died on it before the real bounces."""
+    box = FakeMailBox([deeply_nested(), world.bounce("postfix-hard")])
+
+    assert mailbox.MailboxReader(box).run_once() == {Outcome.UNPARSED: 1, Outcome.ATTRIBUTED: 1}
+
+    assert set(box.folders["unparsed"]) == {"1"} and set(box.folders["processed"]) == {"2"}
+    assert suppressions() == [(world.account.id, EMAIL_LOWER, "bounced")]
+    caplog.clear()  # its logged error is expected here
 
 
 @pytest.mark.parametrize(("url", "expected"), [

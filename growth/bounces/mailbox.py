@@ -11,6 +11,7 @@ is then a duplicate that changes nothing.
 
 from __future__ import annotations
 
+import imaplib
 import logging
 import ssl
 from collections import Counter
@@ -76,9 +77,12 @@ def connect(address: ImapAddress, *, timeout: float = 60.0):
     return box.login(address.user, address.password, initial_folder=address.folder)
 
 
+_GONE = object()
+
+
 class MailboxReader:
     """Processes a mailbox's unseen messages; ``mailbox`` is an imap-tools MailBox (or anything
-    with its fetch, move, flag and folder.exists/create)."""
+    with its uids, fetch, move, flag and folder.exists/create)."""
 
     def __init__(self, mailbox, *, processed_folder: str | None = PROCESSED_FOLDER,
                  unparsed_folder: str = UNPARSED_FOLDER, batch: int = 200,
@@ -97,10 +101,31 @@ class MailboxReader:
 
         self._ensure_folders()
         counts: Counter = Counter()
-        for message in self.mailbox.fetch(AND(seen=False), mark_seen=False, limit=self.batch):
-            outcome = self._one(message)
-            counts[outcome] += 1
+        for uid in self.mailbox.uids(AND(seen=False))[:self.batch]:
+            message = self._fetch(uid)
+            if message is _GONE:
+                continue
+            counts[Outcome.UNPARSED if message is None else self._one(message)] += 1
         return counts
+
+    def _fetch(self, uid: str):
+        """The message, parsed: imap-tools parses while it fetches, so one that Python's parser
+        cannot read (a RecursionError, from a MIME nesting a few thousand deep) raised out of
+        the whole pass, and stayed unseen to stop every later pass. Fetched one by one, such a
+        message goes to the unparsed folder (None). _GONE: no longer unseen in the inbox."""
+        from imap_tools import AND
+        from imap_tools.errors import ImapToolsError
+
+        try:
+            return next(iter(self.mailbox.fetch(AND(uid=uid, seen=False), mark_seen=False)),
+                        _GONE)
+        except (ImapToolsError, imaplib.IMAP4.error, OSError):
+            raise  # the server or the connection: the pass ends, the message stays unseen
+        except Exception:
+            logger.exception("bounce message %s cannot be parsed; moved to %r for a person",
+                             uid, self.unparsed_folder)
+            self.mailbox.move(uid, self.unparsed_folder)
+            return None
 
     def _one(self, message) -> Outcome:
         close_old_connections()  # a long-running loop: drop a connection the server closed
