@@ -759,6 +759,45 @@ def test_imap_a_message_the_recording_fails_on_goes_to_unparsed(world, caplog):
     caplog.clear()  # the bug's logged error is expected here
 
 
+LONG = 200_000  # one line once decoded: quadratic matching of it takes many minutes, linear ms
+
+
+def _base64_part(text: str) -> bytes:  # no long line on the wire: base64 decodes into one
+    return b"Content-Transfer-Encoding: base64\n\n" + base64.encodebytes(text.encode())
+
+
+HOSTILE_LINES = {
+    "a mailer-daemon notice with a long line of dashes": (
+        b"From: MAILER-DAEMON@elsewhere.example\nTo: bounces@" + BOUNCE_DOMAIN.encode()
+        + b"\nSubject: x\nMIME-Version: 1.0\nContent-Type: text/plain\n"
+        + _base64_part("Sorry.\n<x@example.com>: 550 5.1.1 no\n" + "-" * LONG + "x\n")),
+    "a notice's address line of at signs": (
+        b"From: MAILER-DAEMON@elsewhere.example\nTo: bounces@" + BOUNCE_DOMAIN.encode()
+        + b"\nSubject: x\nMIME-Version: 1.0\nContent-Type: text/plain\n"
+        + _base64_part("Sorry.\n<" + "@" * LONG + "\n550 5.1.1 no\n")),
+    "a feedback report's address without a plus": (
+        b"From: fbl@elsewhere.example\nTo: " + FBL_TO.encode() + b"\nMIME-Version: 1.0\n"
+        b"Content-Type: multipart/report; report-type=feedback-report; boundary=b\n\n--b\n"
+        b"Content-Type: text/plain\n\nspam\n--b\nContent-Type: message/feedback-report\n"
+        + _base64_part("Feedback-Type: abuse\nUser-Agent: x\nVersion: 1\nOriginal-Mail-From: "
+                       + "a" * LONG + "\n") + b"--b--\n"),
+    "a From of encoded words that decode into one token": (
+        b"From: " + "\n ".join(["=?us-ascii?q?" + "a" * 60 + "?="] * (LONG // 60)).encode()
+        + b"\nTo: bounces@" + BOUNCE_DOMAIN.encode() + b"\nSubject: hello\n\nhi\n"),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("raw", HOSTILE_LINES.values(), ids=HOSTILE_LINES)
+def test_one_long_line_from_anyone_does_not_hold_up_the_intake(raw):
+    """Not a speed target: a hang. Backtracking patterns took time in the square of a line's
+    length (5.6 s for 16 kB), holding the GIL, before any signature was checked; this line,
+    twelve times as long, would take about fifteen minutes."""
+    started = time.monotonic()
+    process(raw)
+    assert time.monotonic() - started < 20
+
+
 def deeply_nested(depth: int = 1200) -> bytes:
     """About 30 kB from anyone: deeper than Python's parser can recurse."""
     head = b"".join(b"Content-Type: multipart/mixed; boundary=b%d\n\n--b%d\n" % (i, i)

@@ -21,8 +21,10 @@ from growth.job_ids import JobKey, parse_job_id
 
 SALT = "growth.sending.verp"
 SIGNATURE_LENGTH = 20  # hex characters: 80 bits
-_ADDRESS = re.compile(r"(?P<local>[^+@\s]+)\+(?P<cid>\d{1,18})\.(?P<sid>\d{1,18})\.(?P<sig>[0-9a-f]+)"
-                      r"@(?P<domain>[^@\s>]+)", re.IGNORECASE)
+# Bounded parts (a local part is at most 64 octets, a domain 255): searched in anyone's text, an
+# unbounded local part was tried again from every position of a long token without "+".
+_ADDRESS = re.compile(r"(?P<local>[^+@\s]{1,64})\+(?P<cid>\d{1,18})\.(?P<sid>\d{1,18})\."
+                      r"(?P<sig>[0-9a-f]{1,64})@(?P<domain>[^@\s>]{1,255})", re.IGNORECASE)
 
 
 def return_path(job_id: str) -> str | None:
