@@ -330,6 +330,53 @@ def test_a_delay_is_recorded_and_suppresses_nothing(world):
     assert not Suppression.objects.exists()
 
 
+def _dated(raw: bytes, date: str) -> bytes:
+    return b"\n".join(
+        line.split(b":", 1)[0] + b": " + date.encode()
+        if line.startswith((b"Arrival-Date:", b"Last-Attempt-Date:", b"Date:")) else line
+        for line in raw.split(b"\n"))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("date", ["Fri, 31 Dec 9999 23:00:00 -0500", "Mon, 1 Jan 1900 00:00:00 +0000"])
+def test_a_bounce_dated_where_no_mail_could_be_is_recorded_undated_and_reads_back(world, date):
+    """9999-12-31 23:00 -0500 is the year 10,000 in UTC: PostgreSQL stored it, and every read
+    of the event (the admin's list, the ledger and its export, the address history) failed."""
+    assert process(_dated(world.bounce("postfix-delayed"), date)).handled == (Handled.RECORDED,)
+    [event] = FeedbackEvent.objects.all()
+    assert event.occurred_at is None  # as a report without a date
+    assert Send.ledger.page(campaign_id=world.campaign.id)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("reply", [b"450 5.1.1", b"421 5.1.1"])
+def test_a_plain_notice_quoting_a_transient_reply_suppresses_nothing(world, reply):
+    """The reply's class governs its detail, as a DSN's Diagnostic-Code is read: 5.1.1 after a
+    450 suppressed the address for good."""
+    processed = process(world.bounce("yahoo-hard").replace(b"550 5.1.1", reply))
+    assert processed.handled == (Handled.RECORDED,)
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("old", "new"), [
+    (b"\nFrom: MAILER-DAEMON", b"\nEnvelope-To: =?utf-8?b?A?=\nFrom: MAILER-DAEMON"),
+    (b"Date: Tue, 6 May 2025 09:51:21 +0000 (UTC)", b"Date: =?utf-8?b?A?="),
+], ids=["a broken encoded word in the envelope", "a broken encoded word as the date"])
+def test_a_broken_header_is_read_as_it_came_and_the_bounce_recorded(world, old, new):
+    raw = world.bounce("yahoo-hard")
+    assert old in raw
+    assert process(raw.replace(old, new)).handled == (Handled.SUPPRESSED,)
+
+
+@pytest.mark.django_db
+def test_a_nul_in_a_bounces_headers_or_text_is_dropped_not_a_database_error(world):
+    raw = world.bounce("postfix-hard").replace(b"Message-Id: <", b"Message-Id: <\x00")
+    assert b"\x00" in raw
+    assert process(raw).handled == (Handled.SUPPRESSED,)
+    assert "\x00" not in FeedbackEvent.objects.get().event_id
+
+
 @pytest.mark.django_db
 def test_soft_bounces_of_different_sends_suppress_at_the_limit(world):
     sends = [world.send] + [make_send(CampaignFactory(account=world.account), world.subscribers[0])

@@ -121,7 +121,9 @@ def parse_text(message: Message) -> DeliveryReport | None:
     if address is None:
         failed = mime.field(message, "X-Failed-Recipients").split(",")[0].strip()
         address = failed if "@" in failed else None
-    status = found[2] or ""
+    # the enhanced code only where the reply's class agrees: "450 5.1.1" is a transient refusal,
+    # whatever its detail says (as dsn_status reads a Diagnostic-Code)
+    status = found[2] if found[2] and found[2][0] == found[1] else ""
     delayed = found[1] == "4" and bool(_WARNING.search(notice))
     return DeliveryReport(
         reporting_mta="", arrival_date=None, structured=False,

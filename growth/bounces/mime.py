@@ -9,13 +9,16 @@ import contextlib
 import email
 import quopri
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from email.errors import HeaderParseError
 from email.header import decode_header, make_header
 from email.message import Message
 from email.parser import HeaderParser
 from email.utils import parsedate_to_datetime
 
 # Parts never searched for a report: the returned message may itself be anything.
+EARLIEST = datetime(1990, 1, 1, tzinfo=UTC)  # a date in mail before this is none
+NUL = "\x00"  # dropped from all text read here: PostgreSQL refuses it in text
 _ENCLOSED = {"message/rfc822", "message/global", "text/rfc822-headers", "message/global-headers"}
 
 
@@ -96,16 +99,18 @@ def split_blocks(text: str) -> list[Message]:
 
 
 def body_text(part: Message) -> str:
-    """The decoded text of a leaf part (any charset, bad bytes replaced)."""
+    """The decoded text of a leaf part (any charset, bad bytes replaced; a charset that is no
+    text encoding, or that refuses even with errors replaced, as idna and punycode do: UTF-8)."""
     payload = part.get_payload(decode=True)
     if payload is None:
         payload = part.get_payload()
-        return payload if isinstance(payload, str) else ""
+        return payload.replace(NUL, "") if isinstance(payload, str) else ""
     charset = part.get_content_charset() or "utf-8"
     try:
-        return payload.decode(charset, errors="replace")
-    except LookupError:
-        return payload.decode("utf-8", errors="replace")
+        decoded = payload.decode(charset, errors="replace")
+    except (LookupError, UnicodeError):
+        decoded = payload.decode("utf-8", errors="replace")
+    return decoded.replace(NUL, "")
 
 
 def field(block: Message, name: str) -> str:
@@ -121,14 +126,14 @@ def fields(block: Message, name: str) -> list[str]:
 
 
 def text(value: object) -> str:
-    """A header value as one line of text: raw UTF-8 and RFC 2047 words decoded, folding and
-    undecodable bytes gone."""
+    """A header value as one line of text: raw UTF-8 and RFC 2047 words decoded (a malformed
+    word left as it came), folding, NULs and undecodable bytes gone."""
     if value is None:
         return ""
     raw = str(value).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    with contextlib.suppress(LookupError, UnicodeError, ValueError, TypeError):
+    with contextlib.suppress(LookupError, UnicodeError, ValueError, TypeError, HeaderParseError):
         raw = str(make_header(decode_header(raw)))
-    return " ".join(raw.split())
+    return " ".join(raw.replace(NUL, "").split())
 
 
 def typed_address(value: str) -> str | None:
@@ -142,10 +147,14 @@ def typed_address(value: str) -> str | None:
 
 
 def date(value: str) -> datetime | None:
+    """A date header's moment, in UTC; None for one no mail could carry (before 1990 or past
+    tomorrow): "Fri, 31 Dec 9999 23:00:00 -0500" is the year 10,000 in UTC, which PostgreSQL
+    stored and then could not read back, breaking every page that lists the event."""
     if not value:
         return None
     try:
         moment = parsedate_to_datetime(value)
+        moment = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment if EARLIEST <= moment <= datetime.now(UTC) + timedelta(days=1) else None
