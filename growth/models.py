@@ -101,7 +101,14 @@ class SendingDomain(models.Model):
         db_table = "growth_sending_domains"
         ordering = ["domain"]
         constraints = [
-            models.UniqueConstraint("domain", name="sending_domain_unique"),
+            # one key per domain per account, and one among the platform's: a tenant's key
+            # signs only its own mail, so another's claim on the domain hides nothing from it
+            # (unique across tenants, the first to claim a domain kept its owner out, and told
+            # the owner so)
+            models.UniqueConstraint("account", "domain", condition=Q(account__isnull=False),
+                                    name="sending_domain_unique_per_account"),
+            models.UniqueConstraint("domain", condition=Q(account__isnull=True),
+                                    name="sending_domain_unique_platform"),
         ]
 
     def __str__(self) -> str:

@@ -534,6 +534,25 @@ def test_one_key_per_domain(admin_client, tenant):
     assert f"{domain_of(tenant)} already has a key" in response.content.decode()
 
 
+@pytest.mark.django_db
+def test_a_domain_another_tenant_claimed_first_is_still_its_owners_to_key(client, tenant,
+                                                                           other_tenant):
+    """Unique across tenants, the first to claim a domain kept its owner from adding a key for
+    it, and the owner's error said that someone had."""
+    squatter = key_for(other_tenant, dkim.RSA)
+    squatter.domain = domain_of(tenant)
+    squatter.save()
+    client.force_login(operator(tenant))
+
+    response = client.post(ADD, form(account=tenant.id, domain=domain_of(tenant), selector="zy1",
+                                     algorithm=dkim.ED25519, private_key=ED25519_KEY))
+
+    assert response.status_code == 302, response.content.decode()
+    own = SendingDomain.objects.get(account=tenant)
+    signer = dkim.signer_for(account_id=tenant.id, from_email=tenant.from_email)
+    assert signer.dns_record() == signer_of(own).dns_record() != signer_of(squatter).dns_record()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_campaign_paused_for_its_key_is_sent_signed_once_the_key_is_fixed(smtp_settings):
     campaign = approved_campaign(count=3)

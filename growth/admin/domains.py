@@ -68,8 +68,11 @@ class SendingDomainForm(forms.ModelForm):
             for platform in (settings.DKIM_DOMAIN, settings.BOUNCE_DOMAIN):
                 if platform and (value == platform or value.endswith("." + platform)):
                     raise ValidationError(f"{value} is the platform's domain.")
-        if SendingDomain.objects.filter(domain=value).exclude(pk=self.instance.pk).exists():
-            raise ValidationError(f"{value} already has a key (one key per domain).")
+        account = self.cleaned_data.get("account")
+        if (SendingDomain.objects.filter(domain=value, account=account)
+                .exclude(pk=self.instance.pk).exists()):
+            owner = "this account" if account else "the platform"
+            raise ValidationError(f"{value} already has a key in {owner} (one key per domain).")
         return value
 
     def clean_selector(self) -> str:
