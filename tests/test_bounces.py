@@ -378,6 +378,21 @@ def test_a_nul_in_a_bounces_headers_or_text_is_dropped_not_a_database_error(worl
 
 
 @pytest.mark.django_db
+def test_a_report_that_lists_the_address_delayed_then_failed_records_the_failure(world):
+    """One event per recipient a report: the delay's block was recorded and the failure after
+    it dropped as a repeat, so the address was never suppressed."""
+    raw = world.bounce("postfix-hard")
+    block = raw[raw.index(b"Final-Recipient:"):raw.index(b"\n\n--", raw.index(b"Final-Recipient:"))]
+    delayed = (block.replace(b"Action: failed", b"Action: delayed")
+               .replace(b"Status: 5.1.1", b"Status: 4.4.1"))
+    raw = raw.replace(block, delayed + b"\n\n" + block)
+
+    assert process(raw).handled == (Handled.SUPPRESSED,)
+    [event] = FeedbackEvent.objects.all()
+    assert event.event_type == "bounced"
+
+
+@pytest.mark.django_db
 def test_soft_bounces_of_different_sends_suppress_at_the_limit(world):
     sends = [world.send] + [make_send(CampaignFactory(account=world.account), world.subscribers[0])
                             for _ in range(2)]

@@ -44,6 +44,7 @@ ESP_NAME = "mailbox"
 # Where the address a bounce came to is found, most trusted first (after the LMTP envelope)
 ARRIVAL_HEADERS = ("X-Original-To", "Delivered-To", "Envelope-To", "X-Envelope-To", "To")
 
+_SAYS_MOST = {"failed": 0, "delayed": 1}  # then the success reports
 _ACTIONS = {
     "failed": EventType.BOUNCED,
     "delayed": EventType.DEFERRED,
@@ -154,7 +155,7 @@ def _looks_ours(address: str) -> bool:
 def _record_delivery_report(message: Message, report: dsn.DeliveryReport, job: JobKey,
                             event_id: str) -> list[tuple[str, Handled | str]]:
     results: list[tuple[str, Handled | str]] = []
-    for status in report.recipients:
+    for status in _one_block_each(report.recipients):
         event_type = _ACTIONS.get(status.action)
         label = f"{status.recipient or '(no address)'} {status.action} {status.status}".strip()
         if event_type is None:
@@ -181,6 +182,20 @@ def _record_delivery_report(message: Message, report: dsn.DeliveryReport, job: J
                        "remote_mta": status.remote_mta, "reporting_mta": report.reporting_mta})
         results.append((label, handle_event(esp_name=ESP_NAME, event=event)))
     return results
+
+
+def _one_block_each(recipients: tuple[dsn.RecipientStatus, ...]) -> list[dsn.RecipientStatus]:
+    """A report records one event per recipient (its key: the report and the address). One
+    that lists an address twice, "delayed" and then "failed", recorded the first block and
+    dropped the failure as a repeat: here the block that says most is kept, in the place of the
+    address's first."""
+    kept: dict[object, dsn.RecipientStatus] = {}
+    for number, status in enumerate(recipients):
+        key = (status.recipient or "").lower() or number
+        first = kept.get(key)
+        if first is None or _SAYS_MOST.get(status.action, 2) < _SAYS_MOST.get(first.action, 2):
+            kept[key] = status
+    return list(kept.values())
 
 
 def _record_complaint(message: Message, report: arf.FeedbackReport, job: JobKey,
