@@ -79,6 +79,32 @@ def test_an_operator_approves_then_pauses_a_campaign_in_the_admin(page):
     assert campaign.status == "paused"
 
 
+def test_an_operator_confirms_a_pending_subscriber_after_reading_what_it_means(page):
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="Acme")
+    segment = SegmentFactory(account=account)
+    pending = SubscriberFactory(segment=segment, email="pia@example.com", status="pending")
+    gone = SubscriberFactory(segment=segment, email="gus@example.com", status="unsubscribed")
+    operator(account, username="olga")
+    log_in(page, reverse("admin:login"), "olga")
+    page.goto(reverse("admin:growth_subscriber_changelist"))
+    for subscriber in (pending, gone):
+        page.check(f'input[name="_selected_action"][value="{subscriber.pk}"]')
+    page.select_option('select[name="action"]', "confirm_pending")
+    page.click('button[name="index"]')
+
+    expect(page.locator(".growth-confirm")).to_contain_text("1 pending subscriber will be confirmed")
+    expect(page.locator(".growth-confirm")).to_contain_text("1 selected subscriber will be left alone")
+    shot(page, "admin-subscribers-confirm-pending")
+    assert Subscriber.objects.get(pk=pending.pk).status == "pending"
+    page.get_by_role("button", name="Yes, confirm 1 subscriber").click()
+
+    expect(page.locator(".messagelist")).to_contain_text("1 subscriber(s) confirmed.")
+    assert dict(Subscriber.objects.values_list("email", "status")) == {
+        "pia@example.com": "confirmed", "gus@example.com": "unsubscribed"}
+
+
 def test_the_campaign_page_shows_progress_and_a_preview(page):
     from playwright.sync_api import expect
 
