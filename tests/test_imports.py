@@ -43,6 +43,16 @@ def test_a_headed_column_is_found_wherever_it_is_and_lines_are_the_files_lines()
     assert found.invalid[1].reason == "no address"
 
 
+def test_an_email_column_wins_over_a_postal_address_column_wherever_they_are():
+    found = read_csv(csv_file("name,address,Email\nAnn,1 Rue de Rivoli,ann@example.com\n"))
+    assert lines(found) == {"entries": [(2, "ann@example.com")], "repeats": [], "invalid": []}
+
+
+def test_two_columns_headed_alike_are_refused_rather_than_one_read_silently():
+    with pytest.raises(UnreadableFile, match='Columns 1, 3 are all headed "email"'):
+        read_csv(csv_file("email,name,Email\na@example.com,Ann,b@example.com\n"))
+
+
 def test_without_a_header_the_first_column_is_read_from_the_first_line():
     found = read_csv(csv_file("a@example.com,x\nb@example.com,y\n"))
     assert lines(found)["entries"] == [(1, "a@example.com"), (2, "b@example.com")]

@@ -17,7 +17,9 @@ MAX_FILE_BYTES = 20 * 1024 * 1024
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula
 QUOTE = "'"  # a spreadsheet's mark of a cell that is text
 _QUOTED = (*FORMULA_STARTS, QUOTE)  # the cells an export quotes
-HEADER_NAMES = {"email", "e-mail", "email address", "email_address", "mail", "address"}
+# The names a header gives the address column, the likeliest first: "address" alone may head a
+# postal address beside an "email" column.
+HEADER_NAMES = ("email", "e-mail", "email address", "email_address", "mail", "address")
 _SEPARATORS = re.compile(r"[\s,;]+")
 
 
@@ -84,8 +86,9 @@ def read_text(text: str) -> AddressList:
 
 def read_csv(upload: BinaryIO) -> AddressList:
     """Read an uploaded CSV file: UTF-8, comma, semicolon or tab separated. The address column is
-    the one headed "email" (or "e-mail", "address"...); without such a header, the first column,
-    and the first line is an address too. Raise UnreadableFile if the file cannot be read whole."""
+    the one headed "email" (or "e-mail", "address"...: the first of HEADER_NAMES a column has);
+    without such a header, the first column, and the first line is an address too. Raise
+    UnreadableFile if the file cannot be read whole, or if two columns claim the addresses."""
     data = upload.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise UnreadableFile(f"The file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB: "
@@ -144,9 +147,15 @@ def _dialect(text: str) -> type[csv.Dialect]:
 
 
 def _header_column(row: list[str]) -> int | None:
-    for index, cell in enumerate(row):
-        if cell.strip().lower() in HEADER_NAMES:
-            return index
+    names = [cell.strip().lower() for cell in row]
+    for name in HEADER_NAMES:
+        columns = [index for index, cell in enumerate(names) if cell == name]
+        if len(columns) > 1:
+            numbers = ", ".join(str(index + 1) for index in columns)
+            raise UnreadableFile(f'Columns {numbers} are all headed "{row[columns[0]].strip()}": '
+                                 "keep the one that holds the addresses and upload again.")
+        if columns:
+            return columns[0]
     return None
 
 
