@@ -11,10 +11,13 @@
   404; in the query string: 400. A form's fields refuse NUL themselves (Django's
   ProhibitNullCharactersValidator), and the tenant's and the public pages read their own
   parameters (a damaged unsubscribe link gets its own page, which says so).
+- **Who is signing in.** The sign-in throttle counts failures per username and client address;
+  the address is the connection's, or the one the last of TRUSTED_PROXY_COUNT proxies saw.
 """
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
@@ -53,3 +56,14 @@ def _decodes_text(name: str) -> bool:
     except (LookupError, ValueError):
         return False
     return True
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's address as the outermost trusted proxy saw it: each of TRUSTED_PROXY_COUNT
+    proxies appends the address it was reached from to X-Forwarded-For, so entries further left
+    are whatever the client chose to send."""
+    trusted = settings.TRUSTED_PROXY_COUNT
+    hops = [hop.strip() for hop in request.headers.get("X-Forwarded-For", "").split(",")]
+    if trusted and len(hops) >= trusted and hops[-trusted]:
+        return hops[-trusted]
+    return request.META.get("REMOTE_ADDR", "")

@@ -12,6 +12,7 @@ ANYMAIL_WEBHOOK_SECRET  user:password the ESPs' feedback webhooks must send (com
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -38,6 +39,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",
     "growth",
 ]
 
@@ -53,6 +55,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "growth.feedback.webhooks.WebhookMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: it turns a refused sign-in into its page
 ]
 
 ROOT_URLCONF = "zylior.urls"
@@ -223,6 +226,24 @@ SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+
+# Sign-in throttling (django-axes), on the admin's and the tenants' login pages alike: after
+# LOGIN_FAILURE_LIMIT failed attempts at one username from one client address, that pair is
+# refused (429) for LOGIN_COOLOFF_MINUTES, renewed by every attempt meanwhile. Keyed on the pair,
+# so that nobody elsewhere can lock a user out; an operator unlocks in the admin ("Access
+# attempts"). TRUSTED_PROXY_COUNT: how many reverse proxies in front of gunicorn append to
+# X-Forwarded-For (0: the client is the connection's address; a header anyone can send is never
+# believed beyond the proxies').
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend",
+                           "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=10)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "growth/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "growth.request_guards.client_address"
+AXES_SENSITIVE_PARAMETERS = ["password"]
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 
 # /metrics of the web app: with a token, for whoever sends it as a Bearer; without, loopback only.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
