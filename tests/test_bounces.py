@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from email.message import Message
 from io import StringIO
 from pathlib import Path
 from string import Template
@@ -31,7 +32,7 @@ from django.db import OperationalError, connections
 from django.utils import timezone
 
 from growth.bounces import arf, autoreply, dsn, mailbox, mime
-from growth.bounces.lmtp import BounceServer
+from growth.bounces.lmtp import MAX_RECIPIENTS, BounceServer
 from growth.bounces.record import Outcome, process
 from growth.feedback.bounces import dsn_hard_bounce, dsn_status
 from growth.feedback.events import Handled, handle_event
@@ -659,6 +660,30 @@ def test_over_lmtp_only_the_bounce_domain_is_accepted(world, server):
     with pytest.raises(smtplib.SMTPRecipientsRefused):
         lmtp_send(bounces.port, ["someone@elsewhere.example"], world.bounce("postfix-hard"))
     assert_nothing_written(world)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_over_lmtp_a_message_is_parsed_once_for_all_its_recipients_and_they_are_capped(world, server):
+    """One message to many bounce addresses would have been parsed and classified once each."""
+    got = []
+
+    def recorder(raw, **kwargs):
+        got.append(raw)
+        return process(raw, **kwargs)
+
+    bounces = server(recorder=recorder)
+    domain = world.bounce_to().rpartition("@")[2]
+    recipients = [world.bounce_to()] + [f"x{n}@{domain}" for n in range(MAX_RECIPIENTS)]
+    with smtplib.LMTP("127.0.0.1", bounces.port) as client:  # its sendmail reads one DATA reply
+        client.ehlo_or_helo_if_needed()
+        client.mail("")
+        assert [client.rcpt(r)[0] for r in recipients] == [250] * MAX_RECIPIENTS + [452]
+        assert client.data(on_the_wire(world.bounce("postfix-hard")))[0] == 250
+        later = [client.getreply()[0] for _ in range(MAX_RECIPIENTS - 1)]  # one a recipient
+    assert later == [250] * (MAX_RECIPIENTS - 1)
+    assert len(got) == MAX_RECIPIENTS
+    assert isinstance(got[0], Message) and all(raw is got[0] for raw in got)
+    assert suppressions() == [(world.account.id, EMAIL_LOWER, "bounced")]
 
 
 @pytest.mark.django_db(transaction=True)

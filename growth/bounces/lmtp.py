@@ -2,11 +2,13 @@
 mail server (Postfix ``transport_maps``: ``bounces.example lmtp:inet:127.0.0.1:2525``, Exim an
 ``lmtp`` or ``smtp`` transport) hands each message to ``run_bounces --lmtp``.
 
-Only recipients at BOUNCE_DOMAIN are accepted. A message is answered 250 once it is recorded
-(committed); when the database is away, 451, and the mail server delivers it again later. LMTP
-answers once per recipient, so one recipient's failure does not redeliver the others. A message
-that is no report (or that recording failed on for another reason than the database) is
-accepted and written to the unparsed directory for a person: never lost.
+Only recipients at BOUNCE_DOMAIN are accepted, up to MAX_RECIPIENTS a message (the mail server
+delivers the rest in another), and a message is parsed once whatever their number. A message is
+answered 250 once it is recorded (committed); when the database is away, 451, and the mail
+server delivers it again later. LMTP answers once per recipient, so one recipient's failure does
+not redeliver the others. A message that is no report (or that recording failed on for another
+reason than the database) is accepted and written to the unparsed directory for a person: never
+lost.
 
 The recording runs on one thread of its own (the ORM is synchronous, and one database
 connection serves every delivery in turn), not on the server's event loop.
@@ -22,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from email.message import Message
 from pathlib import Path
 
 from aiosmtpd.controller import Controller
@@ -30,11 +33,15 @@ from aiosmtpd.smtp import SMTP
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
+from growth.bounces import mime
 from growth.bounces.record import Outcome, Processed, process
 
 logger = logging.getLogger("growth.bounces")
 
 DATA_SIZE_LIMIT = 25 * 1024 * 1024  # bytes: a bounce with its original attached, generously
+# A report goes to one bounce address; RFC 5321 has a server take at least 100 recipients, and
+# past that a 452 makes the client send the rest in another transaction.
+MAX_RECIPIENTS = 100
 
 
 class BounceHandler:
@@ -53,15 +60,19 @@ class BounceHandler:
         _, _, domain = address.rpartition("@")
         if not settings.BOUNCE_DOMAIN or domain.lower().rstrip(".") != settings.BOUNCE_DOMAIN:
             return "550 5.1.1 Not a bounce address of this server"
+        if len(envelope.rcpt_tos) >= MAX_RECIPIENTS:
+            return "452 4.5.3 Too many recipients"
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
         loop = asyncio.get_running_loop()
+        content = envelope.original_content
+        message = await loop.run_in_executor(self.executor, _parsed, content)
         replies = []
         for recipient in envelope.rcpt_tos:
             replies.append(await loop.run_in_executor(
-                self.executor, self._record, envelope.original_content, recipient))
+                self.executor, self._record, message, content, recipient))
         self.delivered.set()
         if self.lmtp:
             return "\r\n".join(replies)
@@ -69,10 +80,10 @@ class BounceHandler:
         # and those recorded already are duplicates then
         return next((reply for reply in replies if not reply.startswith("2")), replies[0])
 
-    def _record(self, content: bytes, recipient: str) -> str:
+    def _record(self, message: Message | bytes, content: bytes, recipient: str) -> str:
         close_old_connections()
         try:
-            processed = self.recorder(content, envelope_recipients=[recipient])
+            processed = self.recorder(message, envelope_recipients=[recipient])
         except (OperationalError, InterfaceError):
             logger.warning("database unavailable: bounce for %s refused with 451, the mail "
                            "server will deliver it again", recipient, exc_info=True)
@@ -104,6 +115,15 @@ class BounceHandler:
         """Close the recording thread's database connection, then the thread."""
         self.executor.submit(connections.close_all).result()
         self.executor.shutdown(wait=True)
+
+
+def _parsed(content: bytes) -> Message | bytes:
+    """The message parsed, for every recipient's recording; as it came if parsing fails (the
+    recording then says why it is unreadable)."""
+    try:
+        return mime.read(content)
+    except Exception:  # a hostile message (nesting past the recursion limit, say)
+        return content
 
 
 class _Controller(Controller):
