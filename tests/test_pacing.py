@@ -4,11 +4,13 @@ warm-up quota and the sending window (growth.sending.pacer, limits.sql, claim_pa
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 
 import pytest
 from django.utils import timezone
 
-from growth.managers.limits import ThrottlePolicy
+from growth.managers.limits import RateLimitManager, ThrottlePolicy
 from growth.models import (
     Account,
     Campaign,
@@ -22,6 +24,7 @@ from growth.models import (
 from growth.sending.pacer import Pacer
 from growth.sending.transports import Outcome
 from tests.factories import CampaignFactory, SegmentFactory
+from tests.helpers import concurrently
 from tests.scenarios import sending_campaign, statuses
 
 POLICY = ThrottlePolicy(decrease=0.5, every=0.0, floor=0.5, recovery=0.1, burst=10)
@@ -131,6 +134,40 @@ def test_a_provider_with_a_cap_on_messages_on_the_wire_gets_only_the_room_left()
     Send.objects.filter(id=Send.objects.filter(status="sending").order_by("id")[0].id).update(
         status="sent", lease_expires_at=None)
     assert len(claim(campaign, worker="b").rows) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
+def test_two_workers_claiming_at_once_hold_a_providers_cap_on_messages_on_the_wire_together(
+        monkeypatch, leases):
+    """Two workers (threads, each on its own connection): the second takes its tokens while the
+    first has taken its own but not yet claimed. It must see the first's rows on the wire."""
+    campaign = campaign_to({"gmail.com": 20})
+    limit("google", max_in_flight=4)
+    if leases:
+        SendCursor.objects.create(campaign=campaign)
+        # the first walk past the cursor sets the paced rows aside, due at once, and takes none
+        assert claim(campaign, worker="walker").rows == []
+    first_has_taken = threading.Event()
+    original = RateLimitManager.take_destinations
+
+    def take_destinations(self, **kwargs):
+        granted = original(self, **kwargs)
+        if threading.current_thread().name == "first":
+            first_has_taken.set()
+            time.sleep(0.5)  # the second worker's turn, before this one claims
+        return granted
+
+    monkeypatch.setattr(RateLimitManager, "take_destinations", take_destinations)
+
+    def worker(i: int) -> int:
+        threading.current_thread().name = name = ("first", "second")[i]
+        if name == "second":
+            assert first_has_taken.wait(10)
+        return len(claim(campaign, worker=name).rows)
+
+    claimed = concurrently(2, worker)
+    assert sum(claimed) == 4, f"on the wire at once: {claimed}"
 
 
 @pytest.mark.django_db

@@ -28,6 +28,7 @@ class DestinationGrant:
     bucket_ids: list[int]  # its buckets, to give back what the claim did not use
     throttled: bool  # a receiver's deferrals hold it down
     wait: float  # seconds until it has a token again, when granted is 0
+    capped: bool = False  # a cap on messages on the wire: the grant holds until the claim commits
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +67,15 @@ class RateLimitManager(models.Manager):
 
     def take_destinations(self, *, account_id: int, want: int) -> dict[int, DestinationGrant]:
         """For each paced destination of this tenant's mail: how many rows of it may go now
-        (at most ``want``), those tokens taken. Destinations absent are not paced."""
-        rows = QUERIES.rows("take_destinations", account_id=account_id, want=want,
-                            time_zone="UTC")  # no day quota among them
+        (at most ``want``), those tokens taken. Destinations absent are not paced. Its buckets
+        stay locked until the caller's transaction ends: a destination capped in messages on
+        the wire is claimed from in that transaction, or two workers would both see its room."""
+        _, rows = QUERIES.together(("lock_destinations", {"account_id": account_id}),
+                                   ("take_destinations", {"account_id": account_id, "want": want,
+                                                          "time_zone": "UTC"}))  # no day quota
         return {row["destination_id"]: DestinationGrant(row["granted"], row["bucket_ids"],
-                                                        row["throttled"], row["wait"])
+                                                        row["throttled"], row["wait"],
+                                                        row["capped"])
                 for row in rows}
 
     def throttled(self, *, reason: str, accepted: float, sent_since: float,

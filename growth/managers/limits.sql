@@ -62,6 +62,19 @@ UPDATE growth_rate_limits
    SET tokens = least(coalesce(per_day, burst), tokens + %(count)s)
  WHERE id = ANY(%(ids)s);
 
+-- lock_destinations --
+-- take_destinations' first statement, sent in the same string and so in the same transaction:
+-- wait for the locks of the tenant's destination buckets, in id order, and take them. The take
+-- that follows takes its snapshot only then, and counts the rows on the wire that the worker
+-- that held them claimed meanwhile. As one statement, its count predated its wait, and two
+-- workers filled the same room of a cap on messages on the wire.
+SELECT id
+  FROM growth_rate_limits
+ WHERE destination_id IS NOT NULL
+   AND (account_id IS NULL OR account_id = %(account_id)s)
+ ORDER BY id
+   FOR UPDATE;
+
 -- take_destinations --
 -- The destinations (mailbox providers) paced for a tenant's mail: every bucket of a destination,
 -- global or this tenant's, locked in id order and refilled. Each destination may take as many
@@ -94,14 +107,14 @@ WITH locked AS (
                AND s.destination_id IN (SELECT destination_id FROM capped)) w
      GROUP BY w.destination_id
 ), room AS (
-    SELECT l.*, greatest(0, least(%(want)s, floor(l.available),
+    SELECT l.*, greatest(0, least(%(want)s::int, floor(l.available),
                                   coalesce(l.max_in_flight - w.messages, l.max_in_flight,
-                                           %(want)s)))::int AS room
+                                           %(want)s::int)))::int AS room
       FROM locked l
       LEFT JOIN on_the_wire w ON w.destination_id = l.destination_id
 ), per_destination AS (
     SELECT destination_id, min(room) AS granted, bool_or(throttled) AS throttled,
-           array_agg(id ORDER BY id) AS bucket_ids,
+           bool_or(max_in_flight IS NOT NULL) AS capped, array_agg(id ORDER BY id) AS bucket_ids,
            greatest(0, max(CASE WHEN available >= 1 OR rate IS NULL THEN 0
                                 ELSE (1 - available) / rate END))::float AS wait
       FROM room
@@ -115,7 +128,7 @@ WITH locked AS (
       JOIN per_destination p ON p.destination_id = l.destination_id
      WHERE r.id = l.id
 )
-SELECT destination_id, granted, throttled, bucket_ids, wait FROM per_destination;
+SELECT destination_id, granted, throttled, capped, bucket_ids, wait FROM per_destination;
 
 -- _slow_down --
 -- A receiver said "slow down" (see growth.sending.transports.errors): the bucket's rate becomes

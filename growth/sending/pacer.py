@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db import transaction
 
 from growth.managers.campaigns import Sending
 from growth.managers.leases import UNPACED, Lease, Pacing
@@ -80,30 +81,49 @@ class Pacer:
                                        time_zone=campaign.zone_name())
         if not grant.count:
             return Claim(wait=grant.wait)
-        paced = RateLimit.objects.take_destinations(account_id=campaign.account_id,
-                                                    want=grant.count)
+        with transaction.atomic():
+            paced = RateLimit.objects.take_destinations(account_id=campaign.account_id,
+                                                        want=grant.count)
+            # A cap on messages on the wire counted the rows in flight: its buckets stay locked
+            # until this claim's rows are among them, or two workers would both see the room.
+            held = any(allowed.capped for allowed in paced.values())
+            if held:
+                claim, going = self._claim_paced_by(paced, campaign, grant.count,
+                                                    worker_id=worker_id, lease=lease,
+                                                    hand_over=hand_over)
+        if not held:
+            claim, going = self._claim_paced_by(paced, campaign, grant.count, worker_id=worker_id,
+                                                lease=lease, hand_over=hand_over)
+        # after the commit: holding the destinations' buckets, this worker waits for no other
+        # bucket (recover locks both kinds in one statement, in no set order)
+        RateLimit.objects.give_back(buckets, count=grant.count - going)
+        return claim
+
+    def _claim_paced_by(self, paced: dict[int, DestinationGrant], campaign: Sending, count: int,
+                        *, worker_id: str, lease: float, hand_over: bool) -> tuple[Claim, int]:
+        """Claim the ``count`` rows granted, within the destinations' grants, and give back the
+        destinations' tokens not used; return the claim and how many of its rows go out."""
         self._throttling = self._throttling or any(d.throttled for d in paced.values())
         leases = []
         if campaign.leases:
-            leases = self._claim_leases(campaign, grant.count, paced, worker_id=worker_id,
+            leases = self._claim_leases(campaign, count, paced, worker_id=worker_id,
                                         lease=lease, hand_over=hand_over)
             rows = [row for leased in leases for row in leased.rows]
         elif paced:
-            rows = self._claim_paced(campaign, grant.count, paced, worker_id=worker_id,
+            rows = self._claim_paced(campaign, count, paced, worker_id=worker_id,
                                      lease=lease, hand_over=hand_over)
         else:
-            rows = self._claim_after_hand(campaign, grant.count, worker_id=worker_id, lease=lease,
+            rows = self._claim_after_hand(campaign, count, worker_id=worker_id, lease=lease,
                                           hand_over=hand_over)
         going = [row for row in rows if row.status == Send.Status.SENDING]
-        RateLimit.objects.give_back(buckets, count=grant.count - len(going))
         # each paced destination's tokens not used, its share trimmed off included: once
         by_destination = Counter(row.destination_id for row in going)
         for destination_id, allowed in paced.items():
             RateLimit.objects.give_back(allowed.bucket_ids,
                                         count=allowed.granted - by_destination[destination_id])
         waits = [d.wait for d in paced.values() if not d.granted and d.wait > 0]
-        return Claim(rows, grant.count, wait=0.0 if rows or not waits else min(waits),
-                     leases=leases)
+        claim = Claim(rows, count, wait=0.0 if rows or not waits else min(waits), leases=leases)
+        return claim, len(going)
 
     def _claim_leases(self, campaign: Sending, count: int, paced: dict[int, DestinationGrant], *,
                       worker_id: str, lease: float, hand_over: bool) -> list[Lease]:
