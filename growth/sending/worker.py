@@ -74,6 +74,7 @@ from growth.sending.transports import (
     get_transport,
     receiver_deduplicates,
 )
+from growth.sending.transports.errors import describe
 from growth.sending.unsubscribe import LinkMaker
 from growth.sending.wires import Wires
 
@@ -588,7 +589,7 @@ class Worker:
         """Pause the batch's campaign with the reason, and give back its rows that never went
         out, their attempt not counted. Whatever a tenant typed (a sender, a template) then
         stops its own campaign, never the worker nor anyone else's campaign."""
-        reason = f"{type(exc).__name__}: {exc}"[:1000]
+        reason = describe(exc)  # one line, bounded, no NUL (a template may raise one)
         metrics.CAMPAIGNS_CONTAINED.inc()
         logger.error("campaign %s paused: it cannot be sent as it is (%s)", batch.campaign_id,
                      reason, exc_info=exc,
@@ -656,7 +657,7 @@ class Worker:
                                           subscriber_id=row.subscriber_id)
             except Exception as exc:  # a template or header problem: this row can never be sent
                 unrenderable.append(Outcome(row.id, Outcome.PERMANENT,
-                                            error=f"cannot render: {type(exc).__name__}: {exc}"))
+                                            error=f"cannot render: {describe(exc)}"))
                 continue
             deliveries.append(Delivery(row.id, row.job_id, message))
         return deliveries, unrenderable
