@@ -23,8 +23,11 @@ POISONS = {
     "a control character in the sender's name": {"account": {"from_name": "Ac\x1bme"}},
     "a non-ASCII local part": {"account": {"from_email": "nëws@acme.example"}},
     "not an address at all": {"account": {"from_email": "news at acme"}},
-    "a template that fails for everyone": {"campaign": {"body_text": '{% include "nowhere.txt" %}'}},
+    "a template that fails for everyone": {"campaign": {"body_text": "{{ email|wordwrap:0 }}"}},
     "a template that does not compile": {"campaign": {"subject": "Hi {% if %}"}},
+    # Django's full language renders this 16**7 times: the worker never came back to anyone
+    "a template that would render for ever": {"campaign": {
+        "body_text": '{% for a in "0123456789abcdef" %}' * 7 + "x" + "{% endfor %}" * 7}},
 }
 
 

@@ -350,6 +350,33 @@ def test_check_content_refuses_a_template_syntax_error(field, source):
     assert errors[field][0].startswith("Template error:")
 
 
+@pytest.mark.parametrize("source", [
+    '{% for a in "0123456789abcdef" %}{% for b in "0123456789abcdef" %}x{% endfor %}{% endfor %}',
+    '{{ email|ljust:"3000000000" }}', "{% lorem 1000000 %}", '{{ email|stringformat:"c" }}',
+    "{% with a=email|add:email %}{% with b=a|add:a %}{{ b }}{% endwith %}{% endwith %}",
+    "{% firstof email as a %}", '{% include "other.html" %}', "{% debug %}", "{% load i18n %}",
+    '{{ email|join:"," }}', '{{ 1|floatformat:"1000000" }}',
+])
+def test_check_content_refuses_what_could_run_away_or_reach_past_the_template(source):
+    """The worker renders each tenant's template for every recipient, for every tenant in turn:
+    a template whose cost does not follow its length stopped all of them."""
+    errors = errors_of(body_text=source)
+    assert list(errors) == ["body_text"]
+    assert "Campaign templates allow the tags if, filter," in errors["body_text"][0]
+
+
+@pytest.mark.django_db
+def test_conditions_and_text_filters_still_render(site):
+    campaign = CampaignFactory(
+        subject="{{ email|upper|truncatechars:12 }}",
+        body_text="{% if email %}Hi {{ email|default:'you'|title }}{% endif %}"
+                  "{# a comment #}{% filter lower %}BYE{% endfilter %} {{ unsubscribe_url|length }}")
+    subscriber = SubscriberFactory(segment__account=campaign.account, email="ann@example.com")
+    message = render(campaign, subscriber)
+    assert message.subject == "ANN@EXAMPLE…"
+    assert message.body.startswith("Hi Ann@Example.Combye ")
+
+
 def test_check_content_reports_every_bad_field_at_once():
     errors = errors_of(subject="", body_text="", body_html="{% if %}")
     assert set(errors) == {"subject", "body_text", "body_html"}

@@ -22,18 +22,15 @@ from operator import itemgetter
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.template import Context, Engine, TemplateSyntaxError
+from django.template import Context, TemplateSyntaxError
 
 from growth.job_ids import message_id
 from growth.sending import dkim, verp
 from growth.sending.mime import MessageLayout, OutgoingEmail
 from growth.sending.sender import from_header
+from growth.sending.templating import ALLOWED, HTML, TEXT
 from growth.sending.unsubscribe import LinkMaker
 
-# Subjects and text bodies are not HTML: escaping them would mangle "O'Brien". (Autoescaping
-# is decided by the Context a template is rendered with, so each kind gets its own.)
-_TEXT = Engine(autoescape=False)
-_HTML = Engine(autoescape=True)
 _BARE_VARIABLE = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)\s*}}")
 _MENTIONS_UNSUBSCRIBE = re.compile(r"{{\s*unsubscribe_url\s*(\|[^}]*)?}}")
 TEXT_FOOTER = "\n\n--\nUnsubscribe: {{ unsubscribe_url }}\n"
@@ -68,12 +65,12 @@ def check_content(*, subject: str, body_text: str, body_html: str) -> None:
         errors["subject"] = "The subject must be one line: line breaks would inject headers."
     if not body_text.strip():
         errors["body_text"] = "A campaign needs a plain-text body."
-    for field, engine, source in (("subject", _TEXT, subject), ("body_text", _TEXT, body_text),
-                                  ("body_html", _HTML, body_html)):
+    for field, engine, source in (("subject", TEXT, subject), ("body_text", TEXT, body_text),
+                                  ("body_html", HTML, body_html)):
         try:
             engine.from_string(source)
         except TemplateSyntaxError as exc:
-            errors.setdefault(field, f"Template error: {exc}")
+            errors.setdefault(field, f"Template error: {exc} {ALLOWED}")
     if errors:
         raise ValidationError(errors)
 
@@ -143,7 +140,7 @@ def _compile(source: str, *, html: bool) -> Callable[[dict[str, str]], str]:
     pieces = _BARE_VARIABLE.split(source)
     literals, names = pieces[::2], pieces[1::2]
     if any(marker in literal for literal in literals for marker in ("{{", "{%", "{#")):
-        template = (_HTML if html else _TEXT).from_string(source)
+        template = (HTML if html else TEXT).from_string(source)
         return lambda values: template.render(Context(values, autoescape=html))
     # The text between the variables, with a place for each variable's value: joined per
     # recipient. str.format_map would parse the whole template again on every call.
