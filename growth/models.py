@@ -11,7 +11,7 @@ import zoneinfo
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -606,9 +606,10 @@ class RateLimit(models.Model):
                                     related_name="rate_limits",
                                     help_text="For a mailbox provider's limit (with a tenant: "
                                               "that tenant's mail to it).")
+    # at most what no relay takes: a refill computed from 1e308 overflowed, and failed every claim
     per_second = models.FloatField("messages per second", null=True, blank=True,
-                                   validators=[MinValueValidator(0.01)])
-    burst = models.FloatField(default=20, validators=[MinValueValidator(1)],
+                                   validators=[MinValueValidator(0.01), MaxValueValidator(100_000)])
+    burst = models.FloatField(default=20, validators=[MinValueValidator(1), MaxValueValidator(100_000)],
                               help_text="Messages that may go at once after a quiet spell.")
     max_in_flight = models.PositiveIntegerField(
         "at most on the wire", null=True, blank=True, validators=[MinValueValidator(1)],

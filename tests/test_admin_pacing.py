@@ -207,6 +207,8 @@ def test_a_new_provider_limit_is_added_from_the_prefilled_form(client, superuser
      "choose the provider"),
     ({"tenant": True, "per_second": "5", "duplicate": True}, "account",
      "This tenant already has a limit"),
+    ({"tenant": True, "per_second": "1e308"}, "per_second", "less than or equal to 100000"),
+    ({"tenant": True, "per_second": "5", "burst": "1e308"}, "burst", "less than or equal to 100000"),
 ])
 def test_a_scope_the_table_refuses_is_a_form_error_not_a_500(client, superuser, tenant, fields, field,
                                                              message):

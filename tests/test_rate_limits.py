@@ -6,7 +6,7 @@ import pytest
 from django.db.models import Max, Min
 from django.utils import timezone
 
-from growth.models import RateLimit, Send
+from growth.models import Destination, RateLimit, Send
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
 from tests.helpers import concurrently
@@ -31,6 +31,18 @@ def test_a_bucket_refills_with_time_up_to_its_burst_and_grants_whole_batches():
     assert RateLimit.objects.take([limit.id], want=3).count == 3
     RateLimit.objects.give_back([limit.id], count=100)
     assert RateLimit.objects.get(id=limit.id).tokens == 5  # never above the burst
+
+
+@pytest.mark.django_db
+def test_a_rate_no_form_accepts_refills_to_its_burst_instead_of_overflowing():
+    """Written past the form (a script, an old row): a rate times a quiet spell overflowed
+    float8, and every claim that read the bucket failed: every tenant's, for a shared one."""
+    limit = bucket(per_second=1e308, burst=5, idle=10, transport="t")
+    assert RateLimit.objects.take([limit.id], want=20).count == 5
+    google = bucket(per_second=1e308, burst=5, idle=10,
+                    destination=Destination.objects.create(name="google"))
+    (grant,) = RateLimit.objects.take_destinations(account_id=0, want=20).values()
+    assert (grant.granted, grant.bucket_ids) == (5, [google.id])
 
 
 @pytest.mark.django_db

@@ -17,8 +17,11 @@ CASE
                   < (now() AT TIME ZONE %(time_zone)s)::date
              THEN r.per_day::float8 ELSE r.tokens END
     WHEN {{ _effective_rate }} IS NULL THEN 'Infinity'::float8
+    -- the time refilled counts only until the bucket is full: a rate times a long quiet spell
+    -- could overflow float8, and PostgreSQL raises on an overflow
     ELSE least(r.burst, r.tokens + {{ _effective_rate }}
-                                   * greatest(0, extract(epoch FROM now() - r.refilled_at)))
+                                   * least(greatest(0, extract(epoch FROM now() - r.refilled_at)),
+                                           r.burst / nullif({{ _effective_rate }}, 0)))
 END
 
 -- take --
