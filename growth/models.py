@@ -17,7 +17,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from growth import job_ids
-from growth.audience.addresses import parse_address
+from growth.audience.addresses import SMTPUTF8_REFUSAL, needs_smtputf8, parse_address
 from growth.managers.campaigns import CampaignManager
 from growth.managers.destinations import MailDomainManager
 from growth.managers.feedback import FeedbackEventManager
@@ -185,6 +185,8 @@ class Subscriber(models.Model):
 
     def clean(self) -> None:
         self.email, self.email_lower = _parsed(self.email)
+        if needs_smtputf8(self.email):
+            raise ValidationError({"email": f"{self.email} cannot be mailed: {SMTPUTF8_REFUSAL}."})
         if self.segment_id and self.account_id and self.segment.account_id != self.account_id:
             raise ValidationError({"segment": "This segment belongs to another account."})
 

@@ -296,3 +296,14 @@ def test_an_address_already_in_the_segment_is_a_form_error_not_a_500(client, sta
     assert response.context["adminform"].form.errors["email"] == [
         f"ann@example.com is in the segment “{here}” already."]
     assert Subscriber.objects.filter(segment=here, email_lower="ann@example.com").count() == 1
+
+
+def test_an_address_no_message_can_reach_is_a_form_error(client, staff, tenant):
+    segment = SegmentFactory(account=tenant)
+    response = client.post(reverse("admin:growth_subscriber_add"), {
+        "email": "josé@example.com", "account": tenant.id, "segment": segment.id,
+        "status": "confirmed"})
+    assert response.status_code == 200
+    [error] = response.context["adminform"].form.errors["email"]
+    assert error.startswith("josé@example.com cannot be mailed: its part before the @ is not ASCII")
+    assert not Subscriber.objects.exists()

@@ -8,12 +8,12 @@ import subprocess
 import pytest
 from django.core.exceptions import ValidationError
 
-from growth.models import Account, Campaign, Send
+from growth.models import Account, Campaign, Send, Subscriber
 from growth.sending.sender import from_header, sender_address
 from growth.sending.transports.base import BaseTransport
 from growth.sending.transports.django_mail import DjangoMailTransport
 from growth.sending.worker import Worker
-from tests.factories import AccountFactory
+from tests.factories import AccountFactory, SubscriberFactory
 from tests.helpers import manage, subprocess_env
 from tests.scenarios import approved_campaign, statuses
 
@@ -121,6 +121,23 @@ def test_an_internationalised_sender_domain_is_sent_in_idna_form(smtp_settings):
     accepted = smtp_settings.handler.accepted
     assert {a.envelope_from for a in accepted} == {"news@xn--bcher-kva.example"}
     assert all("<news@xn--bcher-kva.example>" in a.message["From"] for a in accepted)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_recipient_whose_local_part_is_not_ascii_fails_alone_and_nothing_goes_to_another_mailbox(
+        smtp_settings):
+    """Saved past the forms: Django's client wrote RCPT TO:<=?utf-8?b?am9zw6k=?=@example.com>,
+    another mailbox, and the row was recorded sent."""
+    campaign = approved_campaign(count=2)
+    subscriber = SubscriberFactory(segment=Subscriber.objects.filter(account=campaign.account_id)
+                                   .first().segment, email="josé@example.com", status="confirmed")
+    Worker(batch_size=10, tick=0.05, until_idle=True).run()
+
+    assert statuses(campaign) == {"sent": 2, "failed": 1}
+    failed = Send.objects.get(campaign=campaign, subscriber=subscriber)
+    assert "josé@example.com cannot be mailed: its part before the @ is not ASCII" in failed.last_error
+    assert sorted(a.recipient for a in smtp_settings.handler.accepted) == [
+        "person0@example.com", "person1@example.com"]
 
 
 @pytest.mark.parametrize(("name", "address", "error"), [

@@ -153,6 +153,22 @@ def test_a_repeated_import_is_all_duplicates():
 
 
 @pytest.mark.django_db
+def test_an_address_that_needs_smtputf8_is_an_invalid_subscriber_but_may_be_suppressed():
+    segment = SegmentFactory()
+    addresses = read_text("a@example.com\njosé@example.com\nuser@bücher.example")
+    report = import_subscribers(segment_id=segment.id, status="confirmed", addresses=addresses)
+    assert report.refused and not Subscriber.objects.exists()
+    [(line, value, reason)] = [(i.line, i.value, i.reason) for i in report.invalid]
+    assert (line, value) == (2, "josé@example.com") and "needs SMTPUTF8" in reason
+    report = import_subscribers(segment_id=segment.id, status="confirmed", addresses=addresses,
+                                skip_invalid=True)
+    assert sorted(Subscriber.objects.values_list("email", flat=True)) == [
+        "a@example.com", "user@bücher.example"]
+    assert import_suppressions(account_id=segment.account_id, addresses=addresses).imported
+    assert Suppression.objects.filter(email_lower="josé@example.com").exists()
+
+
+@pytest.mark.django_db
 def test_subscriber_import_refuses_an_unknown_segment_or_status():
     with pytest.raises(ValidationError, match="no such segment"):
         import_subscribers(segment_id=10**9, status="confirmed", addresses=read_text("a@example.com"))

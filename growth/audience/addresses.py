@@ -8,6 +8,11 @@ from django.core.exceptions import ValidationError
 from email_validator import EmailNotValidError, validate_email
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+# Such an address is valid, and may be suppressed, but not mailed: Django's SMTP client encodes
+# its local part as an RFC 2047 word, a mailbox that does not exist, and a bulk sender cannot
+# count on SMTPUTF8 from every server on the way.
+SMTPUTF8_REFUSAL = ("its part before the @ is not ASCII: mail to it needs SMTPUTF8 from every "
+                    "mail server on the way, which this sender does not use")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +43,8 @@ def parse_address(raw: str) -> Address:
 def email_lower(raw: str) -> str:
     """Return the dedup key of ``raw`` (see parse_address)."""
     return parse_address(raw).email_lower
+
+
+def needs_smtputf8(email: str) -> bool:
+    """Whether mail to this (valid) address needs SMTPUTF8: see SMTPUTF8_REFUSAL."""
+    return not email.rpartition("@")[0].isascii()

@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from growth.audience.address_files import AddressList, Entry, Invalid
+from growth.audience.addresses import SMTPUTF8_REFUSAL, needs_smtputf8
 from growth.models import Segment, Subscriber, Suppression
 
 IMPORTABLE_STATUSES = (Subscriber.Status.PENDING, Subscriber.Status.CONFIRMED)
@@ -48,6 +49,7 @@ def import_subscribers(*, segment_id: int, addresses: AddressList, status: str,
         raise ValidationError({"status": "Imported subscribers are pending or confirmed."})
     if not Segment.objects.filter(id=segment_id).exists():
         raise ValidationError({"segment": "There is no such segment."})
+    addresses = _mailable(addresses)
     return _import(
         addresses,
         lambda entries: Subscriber.objects.add_many(
@@ -68,6 +70,18 @@ def import_suppressions(*, account_id: int, addresses: AddressList,
             account_id=account_id, reason=reason,
             emails_lower=[e.address.email_lower for e in entries]),
         already="already suppressed", skip_invalid=skip_invalid, check_only=check_only)
+
+
+def _mailable(addresses: AddressList) -> AddressList:
+    """The list with the addresses no message can be sent to moved among the invalid ones."""
+    unmailable = [e for e in addresses.entries if needs_smtputf8(e.address.email)]
+    if not unmailable:
+        return addresses
+    return AddressList(
+        entries=[e for e in addresses.entries if not needs_smtputf8(e.address.email)],
+        repeats=addresses.repeats,
+        invalid=sorted([*addresses.invalid, *(Invalid(e.line, e.address.email, SMTPUTF8_REFUSAL)
+                                              for e in unmailable)], key=lambda i: i.line))
 
 
 def _import(addresses: AddressList, insert: Callable[[Sequence[Entry]], set[str]], *,

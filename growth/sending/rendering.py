@@ -24,6 +24,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.template import Context, TemplateSyntaxError
 
+from growth.audience.addresses import SMTPUTF8_REFUSAL, needs_smtputf8
 from growth.job_ids import message_id
 from growth.sending import dkim, verp
 from growth.sending.mime import MessageLayout, OutgoingEmail
@@ -105,6 +106,8 @@ class CampaignRenderer:
         unsubscribe_url = self._links.url(account_id=self.content.account_id,
                                           subscriber_id=subscriber_id,
                                           campaign_id=self.content.id)
+        if needs_smtputf8(email):  # a row saved before the rule, or past the forms
+            raise ValueError(f"{email} cannot be mailed: {SMTPUTF8_REFUSAL}")
         values = {"email": email, "unsubscribe_url": unsubscribe_url}
         subject = subject_prefix + self._subject(values).strip()
         if "\n" in subject or "\r" in subject:
