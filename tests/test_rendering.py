@@ -15,7 +15,7 @@ from django.urls import resolve
 
 from growth.job_ids import message_id
 from growth.sending import rendering
-from growth.sending.rendering import CampaignContent, CampaignRenderer, check_content
+from growth.sending.rendering import MAX_SUBJECT, CampaignContent, CampaignRenderer, check_content
 from growth.sending.unsubscribe import UnsubscribeTarget, read_token
 from tests.factories import AccountFactory, CampaignFactory, SubscriberFactory
 
@@ -283,6 +283,22 @@ def test_a_subject_that_renders_a_line_break_is_refused(site):
     campaign = CampaignFactory(subject=subject)
     subscriber = SubscriberFactory(segment__account=campaign.account)
     with pytest.raises(ValueError, match="line break"):
+        render(campaign, subscriber)
+
+
+def test_a_subject_longer_than_a_header_can_hold_unfolded_is_refused():
+    """A subject with no space cannot be folded: 998 x's made a 1,007-octet header line."""
+    check_content(subject="x" * MAX_SUBJECT, body_text="x", body_html="")
+    errors = errors_of(subject="x" * (MAX_SUBJECT + 1))
+    assert errors["subject"] == [f"The subject is longer than {MAX_SUBJECT} characters."]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("subject", ["x" * 998, "{{ unsubscribe_url }}" * 12])
+def test_a_stored_or_rendered_subject_too_long_for_a_header_line_is_refused_at_render(site, subject):
+    campaign = CampaignFactory(subject=subject)
+    subscriber = SubscriberFactory(segment__account=campaign.account)
+    with pytest.raises(ValueError, match="rendered subject is longer than 900"):
         render(campaign, subscriber)
 
 

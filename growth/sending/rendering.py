@@ -36,6 +36,10 @@ _BARE_VARIABLE = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)\s*}}")
 _MENTIONS_UNSUBSCRIBE = re.compile(r"{{\s*unsubscribe_url\s*(\|[^}]*)?}}")
 TEXT_FOOTER = "\n\n--\nUnsubscribe: {{ unsubscribe_url }}\n"
 HTML_FOOTER = '<p style="font-size:12px;color:#666"><a href="{{ unsubscribe_url }}">Unsubscribe</a></p>'
+# A header line may hold 998 octets (RFC 5322 2.1.1), and a subject with no space in it cannot
+# be folded: what is typed is kept well under, what a template makes of it checked as it goes.
+MAX_SUBJECT = 250  # characters typed
+MAX_RENDERED_SUBJECT = 900  # characters rendered
 LOOK_UP = object()  # CampaignRenderer(signer=...): find the campaign's DKIM key
 
 
@@ -64,6 +68,8 @@ def check_content(*, subject: str, body_text: str, body_html: str) -> None:
         errors["subject"] = "A campaign needs a subject."
     elif "\n" in subject or "\r" in subject:
         errors["subject"] = "The subject must be one line: line breaks would inject headers."
+    elif len(subject) > MAX_SUBJECT:
+        errors["subject"] = f"The subject is longer than {MAX_SUBJECT} characters."
     if not body_text.strip():
         errors["body_text"] = "A campaign needs a plain-text body."
     for field, engine, source in (("subject", TEXT, subject), ("body_text", TEXT, body_text),
@@ -112,6 +118,8 @@ class CampaignRenderer:
         subject = subject_prefix + self._subject(values).strip()
         if "\n" in subject or "\r" in subject:
             raise ValueError("the rendered subject has a line break")
+        if len(subject) > MAX_RENDERED_SUBJECT:
+            raise ValueError(f"the rendered subject is longer than {MAX_RENDERED_SUBJECT} characters")
         text = self._text(values)
         html = self._html(values) if self._html is not None else None
         headers = {
