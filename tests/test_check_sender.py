@@ -333,6 +333,29 @@ def test_spf_with_two_records_or_too_many_lookups_is_an_error_for_receivers():
     assert check.status == dns_checks.MISALIGNED and "more than 10 DNS lookups" in check.summary
 
 
+@pytest.mark.parametrize("term", ["a/33", "mx//129", "a:mail.acme.example/99", "a/x"])
+def test_spf_with_a_cidr_length_out_of_range_is_an_error_for_receivers_not_a_crash(term):
+    resolver = StubResolver({"acme.example": [f"v=spf1 {term} ip4:{RELAY_IP} -all"]},
+                            mx={"acme.example": ["mx.acme.example"]},
+                            addresses={"acme.example": ["192.0.2.1"], "mx.acme.example": ["192.0.2.3"],
+                                       "mail.acme.example": ["192.0.2.2"]})
+    check = dns_checks.check_spf(resolver, "acme.example", relay_ips=[RELAY_IP])
+    assert check.status == dns_checks.MISALIGNED
+    assert f"{term} has no valid CIDR length" in check.summary
+
+
+@pytest.mark.parametrize(("record", "relay"), [
+    ("v=spf1 a/24//64 -all", "192.0.2.77"), ("v=spf1 a/24//64 -all", "2001:db8::77"),
+    ("v=spf1 a//64 -all", "2001:db8::77"), ("v=spf1 mx/24 -all", "192.0.2.77"),
+])
+def test_spf_dual_cidr_lengths_authorize_the_networks_around_the_hosts(record, relay):
+    """RFC 7208 5.6: /24 around each A record, /64 around each AAAA; 24//64 was read as none."""
+    resolver = StubResolver({"acme.example": [record]}, mx={"acme.example": ["acme.example"]},
+                            addresses={"acme.example": ["192.0.2.1", "2001:db8::1"]})
+    check = dns_checks.check_spf(resolver, "acme.example", relay_ips=[relay])
+    assert check.status == dns_checks.OK, (check.summary, check.details)
+
+
 def test_a_lookup_that_times_out_is_an_error_not_a_pass(acme, dns, probe):
     dns(good_zone(), failing=("_dmarc.acme.example",))
     code, output = check_sender()

@@ -30,6 +30,7 @@ Tests pass a stub ``Resolver``; nothing here goes to the network but ``DnsResolv
 from __future__ import annotations
 
 import ipaddress
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -258,13 +259,21 @@ def _walk_spf(resolver: Resolver, domain: str, record: str, findings: SpfFinding
             if qualifier == "+":
                 findings.networks.append((network, domain if top else f"via {domain}"))
         elif lower == "a" or lower.startswith(("a:", "a/")):
-            target, prefix = _target_and_prefix(body[1:], domain)
+            try:
+                target, prefix = _target_and_prefix(body[1:], domain)
+            except ValueError:
+                findings.problems.append(f"{term} has no valid CIDR length: a PermError for receivers")
+                continue
             if not _count_lookup(findings):
                 continue
             for ip in resolver.addresses(target):
                 _add_host(findings, ip, prefix, f"a:{target}", qualifier)
         elif lower == "mx" or lower.startswith(("mx:", "mx/")):
-            target, prefix = _target_and_prefix(body[2:], domain)
+            try:
+                target, prefix = _target_and_prefix(body[2:], domain)
+            except ValueError:
+                findings.problems.append(f"{term} has no valid CIDR length: a PermError for receivers")
+                continue
             if not _count_lookup(findings):
                 continue
             for host in resolver.mx(target)[:10]:  # RFC 7208 §4.6.4: at most 10 MX hosts
@@ -290,6 +299,9 @@ def _follow(resolver: Resolver, target: str, findings: SpfFindings) -> None:
     _walk_spf(resolver, target, records[0], findings, top=False)
 
 
+_DUAL_CIDR = re.compile(r"(?:/(\d{1,3}))?(?://(\d{1,3}))?")
+
+
 def _count_lookup(findings: SpfFindings) -> bool:
     """Count a term that costs a DNS lookup; False once over the RFC's limit (not looked up)."""
     findings.lookups += 1
@@ -299,17 +311,27 @@ def _count_lookup(findings: SpfFindings) -> bool:
     return findings.lookups <= SPF_LOOKUP_LIMIT
 
 
-def _target_and_prefix(rest: str, domain: str) -> tuple[str, int | None]:
+def _target_and_prefix(rest: str, domain: str) -> tuple[str, tuple[int | None, int | None]]:
+    """The term's domain and its dual CIDR length (RFC 7208 §5.6: ``/24``, ``//64``,
+    ``/24//64``); ValueError for a length out of range or not a number."""
     rest = rest.lstrip(":")
-    target, _, prefix = rest.partition("/")
-    return normalized(target) if target else domain, int(prefix) if prefix.isdigit() else None
+    target, slash, lengths = rest.partition("/")
+    found = _DUAL_CIDR.fullmatch(slash + lengths)
+    if found is None:
+        raise ValueError(lengths)
+    ip4, ip6 = (int(n) if n is not None else None for n in found.groups())
+    if (ip4 is not None and ip4 > 32) or (ip6 is not None and ip6 > 128):
+        raise ValueError(lengths)
+    return normalized(target) if target else domain, (ip4, ip6)
 
 
-def _add_host(findings: SpfFindings, ip: str, prefix: int | None, via: str, qualifier: str) -> None:
+def _add_host(findings: SpfFindings, ip: str, prefix: tuple[int | None, int | None], via: str,
+              qualifier: str) -> None:
     if qualifier != "+":
         return
     address = ipaddress.ip_address(ip)
-    bits = prefix if prefix is not None and address.version == 4 else address.max_prefixlen
+    bits = prefix[0] if address.version == 4 else prefix[1]
+    bits = address.max_prefixlen if bits is None else bits
     findings.networks.append((ipaddress.ip_network(f"{ip}/{bits}", strict=False), via))
 
 
