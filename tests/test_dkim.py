@@ -351,6 +351,18 @@ def test_the_most_specific_domain_of_the_tenant_or_the_platform_signs(settings):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("tenants_first", [True, False])
+def test_of_one_domain_keyed_by_the_tenant_and_the_platform_the_tenants_own_signs(tenants_first):
+    tenant = AccountFactory(from_email="news@acme.example")
+    owners = [tenant, None] if tenants_first else [None, tenant]
+    for owner in owners:
+        SendingDomain.objects.create(account=owner, domain="acme.example",
+                                     selector="own" if owner else "platform",
+                                     algorithm=dkim.ED25519, private_key=ED25519_KEY)
+    assert dkim.signer_for(account_id=tenant.id, from_email=tenant.from_email).selector == "own"
+
+
+@pytest.mark.django_db
 def test_the_platform_key_may_live_in_the_admin_and_must_exist_somewhere(settings):
     tenant = AccountFactory()
     settings.DKIM_DOMAIN, settings.DKIM_PRIVATE_KEY_FILE = "growth.example", ""

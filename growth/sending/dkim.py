@@ -2,16 +2,15 @@
 
 Which key signs a campaign's mail, looked up once per campaign by its renderer (one query):
 
-1. a sending domain of the tenant's own (growth_sending_domains, its account) whose domain is
-   the From address's domain or a parent of it (the most specific one): aligned with From, as
-   DMARC wants;
-2. else a platform sending domain (no account) for the From domain or a parent: tenants that
-   send from an address of the platform's domain;
-3. else the platform's key, ``DKIM_DOMAIN``: from ``DKIM_PRIVATE_KEY_FILE`` (with
+1. a sending domain whose domain is the From address's domain or a parent of it, the most
+   specific one: aligned with From, as DMARC wants. It is the tenant's own
+   (growth_sending_domains, its account) or a platform sending domain (no account: tenants that
+   send from an address of the platform's domain); for the same name, the tenant's own;
+2. else the platform's key, ``DKIM_DOMAIN``: from ``DKIM_PRIVATE_KEY_FILE`` (with
    ``DKIM_SELECTOR`` and ``DKIM_ALGORITHM``), or, without a file, the platform sending domain
    of that name in the admin. It signs as d=DKIM_DOMAIN: a valid signature that builds the
    platform's reputation, though not aligned with a tenant's own From domain;
-4. else nothing: the mail goes out unsigned, as without DKIM at all.
+3. else nothing: the mail goes out unsigned, as without DKIM at all.
 
 A key that is there but cannot sign (not a key, the wrong algorithm, an RSA key under 2048
 bits, a key file that cannot be read) raises ``DkimKeyError`` where it is loaded, i.e. when the
@@ -277,17 +276,18 @@ def signer_for(*, account_id: int, from_email: str) -> Signer | None:
     rows = list(SendingDomain.objects
                 .filter(Q(account_id=account_id) | Q(account__isnull=True), domain__in=names)
                 .values("id", "account_id", "domain", "selector", "algorithm", "private_key"))
-    by_domain = {row["domain"]: row for row in rows}
-    for name in candidates:  # the most specific first
-        row = by_domain.get(name)
+    tenants = {row["domain"]: row for row in rows if row["account_id"] is not None}
+    platforms = {row["domain"]: row for row in rows if row["account_id"] is None}
+    for name in candidates:  # the most specific first; of one name, the tenant's own
+        row = tenants.get(name) or platforms.get(name)
         if row is not None:
             return _from_row(row)
     if not platform:
         return None
     if settings.DKIM_PRIVATE_KEY_FILE:
         return _from_settings()
-    row = by_domain.get(platform)
-    if row is None or row["account_id"] is not None:
+    row = platforms.get(platform)
+    if row is None:
         raise DkimKeyError(f"DKIM_DOMAIN is {platform} but there is no key for it: set "
                            "DKIM_PRIVATE_KEY_FILE (and DKIM_SELECTOR), or add the platform "
                            "sending domain in the admin")
