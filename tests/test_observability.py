@@ -73,8 +73,16 @@ def test_the_web_apps_metrics_are_the_sending_campaigns_rows_by_status(settings)
     assert scraped[("growth_campaigns", (("status", "sending"),))] == 1
 
     assert client.get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 404
-    for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP"):  # a proxy on this host
-        assert client.get("/metrics", headers={header: "203.0.113.9"}).status_code == 404
+    for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP", "X-Forwarded-Proto",
+                   "X-Forwarded-Host", "Via"):  # a proxy on this host
+        assert client.get("/metrics", headers={header: "203.0.113.9"}).status_code == 404, header
+    # an install that says a proxy is in front: its requests may carry nothing of it
+    for name, value in (("SECURE_PROXY_SSL_HEADER", ("HTTP_X_FORWARDED_PROTO", "https")),
+                        ("TRUSTED_PROXY_COUNT", 1)):
+        setattr(settings, name, value)
+        assert client.get("/metrics").status_code == 404, name
+        setattr(settings, name, None if name == "SECURE_PROXY_SSL_HEADER" else 0)
+    assert client.get("/metrics").status_code == 200
     settings.METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 404
     assert client.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200

@@ -18,7 +18,7 @@ from growth.observability.metrics import web_registry
 
 _REGISTRY = None
 logger = logging.getLogger(__name__)
-_FORWARDED = {"Forwarded", "X-Forwarded-For", "X-Real-Ip"}  # headers a reverse proxy adds
+_FORWARDED = {"Forwarded", "Via", "X-Real-Ip"}  # headers a reverse proxy adds, or X-Forwarded-*
 
 
 @never_cache
@@ -52,7 +52,9 @@ def readyz(request: HttpRequest) -> HttpResponse:
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus exposition. With METRICS_TOKEN set, for a Bearer of it; without, loopback only,
-    and not through a reverse proxy (which makes every client loopback)."""
+    and not through a reverse proxy (which makes every client loopback): none when the settings
+    say one is in front (BEHIND_TLS_PROXY, TRUSTED_PROXY_COUNT), nor for a request that shows
+    one passed it on."""
     if not _allowed(request):
         return HttpResponse(status=404)
     global _REGISTRY
@@ -65,8 +67,10 @@ def _allowed(request: HttpRequest) -> bool:
     if token:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         return constant_time_compare(given, token)
-    if _FORWARDED & request.headers.keys():  # a proxy on this host: the client is anyone
-        return False
+    if settings.SECURE_PROXY_SSL_HEADER or settings.TRUSTED_PROXY_COUNT:
+        return False  # behind a proxy: loopback is anyone
+    if any(name in _FORWARDED or name.startswith("X-Forwarded-") for name in request.headers):
+        return False  # a proxy on this host: the client is anyone
     try:
         return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
     except ValueError:
