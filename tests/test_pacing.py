@@ -292,6 +292,29 @@ def test_a_warmup_quota_caps_the_tenants_day_and_refills_at_its_midnight():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("how", ["deleted", "begun again"])
+def test_a_warmup_quota_whose_bucket_went_still_caps_a_worker_that_knew_it(how):
+    """A worker remembers the quota's bucket while the day's cap stands; a take from a bucket
+    that was gone granted everything, and the tenant went uncapped for the rest of the day."""
+    campaign = campaign_to({"example.com": 30})
+    Account.objects.filter(id=campaign.account_id).update(
+        warmup_started_on=timezone.now().date(), warmup_daily_start=5, warmup_until=1000)
+    pacer = Pacer(batch_size=10, policy=POLICY)
+    assert len(pacer.claim(sending(campaign), worker_id="w", lease=60, hand_over=True).rows) == 5
+    quota = RateLimit.objects.get(account=campaign.account_id, per_day__isnull=False)
+    if how == "deleted":
+        quota.delete()  # a fresh quota: a day's tokens again
+        expected = 5
+    else:  # another worker saw the warm-up end, then a new one begin: spent, under a new id
+        RateLimit.objects.warmup(account_id=campaign.account_id, per_day=None)
+        RateLimit.objects.warmup(account_id=campaign.account_id, per_day=5)
+        RateLimit.objects.filter(account=campaign.account_id, per_day=5).update(tokens=0)
+        expected = 0
+    again = pacer.claim(sending(campaign), worker_id="w", lease=60, hand_over=True)
+    assert len(again.rows) == expected
+
+
+@pytest.mark.django_db
 def test_a_warmup_that_has_grown_past_its_end_caps_nothing():
     campaign = campaign_to({"example.com": 12})
     account = campaign.account

@@ -18,6 +18,7 @@ PROBE = 0.2  # share of its rate a bucket grows by per good period, past its las
 class Grant:
     count: int  # messages that may go now
     wait: float  # seconds until a batch could be granted, when count is 0
+    missing: bool = False  # a bucket asked for is gone (nothing granted): look its id up again
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +54,14 @@ class RateLimitManager(models.Manager):
 
     def take(self, bucket_ids: list[int], *, want: int, time_zone: str = "UTC") -> Grant:
         """Take up to ``want`` tokens from every bucket at once (no buckets: no limit). A day's
-        quota turns at midnight in ``time_zone`` (its tenant's)."""
+        quota turns at midnight in ``time_zone`` (its tenant's). A bucket deleted meanwhile (an
+        operator's, a warm-up ended and begun again under a new id) grants nothing: a limit
+        that went unseen would let everything through."""
         if not bucket_ids:
             return Grant(want, 0.0)
         taken = QUERIES.one("take", ids=bucket_ids, want=want, time_zone=time_zone)
-        if taken is None:  # the buckets were deleted meanwhile
-            return Grant(want, 0.0)
+        if taken is None or taken["found"] < len(set(bucket_ids)):
+            return Grant(0, 0.0, missing=True)
         return Grant(taken["granted"], taken["wait"] if not taken["granted"] else 0.0)
 
     def give_back(self, bucket_ids: list[int], *, count: int) -> None:

@@ -43,9 +43,11 @@ WITH locked AS (
      ORDER BY r.id
        FOR UPDATE OF r
 ), decision AS (
-    SELECT CASE WHEN bool_and(floor(available) >= smallest_grant)
+    SELECT CASE WHEN count(*) < cardinality(%(ids)s::int[]) THEN 0  -- one is gone: the caller's
+                WHEN bool_and(floor(available) >= smallest_grant)
                 THEN least(%(want)s, min(floor(available)))::int
                 ELSE 0 END AS granted,
+           count(*) AS found,
            greatest(0, max(CASE WHEN floor(available) >= smallest_grant THEN 0
                                 WHEN per_day IS NOT NULL THEN to_midnight
                                 ELSE (smallest_grant - available) / rate END))::float AS wait
@@ -57,7 +59,7 @@ UPDATE growth_rate_limits r
        refilled_at = now()
   FROM locked l, decision d
  WHERE r.id = l.id
-RETURNING d.granted, d.wait;
+RETURNING d.granted, d.wait, d.found;
 
 -- give_back --
 -- tokens granted but not used (the campaign had fewer rows due, some were suppressed)

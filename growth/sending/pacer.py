@@ -27,7 +27,7 @@ from django.db import transaction
 
 from growth.managers.campaigns import Sending
 from growth.managers.leases import UNPACED, Lease, Pacing
-from growth.managers.limits import DestinationGrant, ThrottlePolicy
+from growth.managers.limits import DestinationGrant, Grant, ThrottlePolicy
 from growth.managers.sends import Claimed
 from growth.models import RateLimit, Send, SendLease
 from growth.observability import metrics
@@ -75,10 +75,7 @@ class Pacer:
         opens_in = campaign.window_opens_in()
         if opens_in > 0:
             return Claim(wait=opens_in)
-        extra = [self._warmup_bucket(campaign), self._transport_bucket()]
-        buckets = sorted({*campaign.bucket_ids, *filter(None, extra)})
-        grant = RateLimit.objects.take(buckets, want=self.batch_size,
-                                       time_zone=campaign.zone_name())
+        buckets, grant = self._take(campaign)
         if not grant.count:
             return Claim(wait=grant.wait)
         with transaction.atomic():
@@ -98,6 +95,20 @@ class Pacer:
         # bucket (recover locks both kinds in one statement, in no set order)
         RateLimit.objects.give_back(buckets, count=grant.count - going)
         return claim
+
+    def _take(self, campaign: Sending) -> tuple[list[int], Grant]:
+        """Tokens for a batch from every bucket over the campaign; a bucket this worker knew
+        that is gone (deleted, or a warm-up begun again under a new id) is looked up again."""
+        for _ in range(2):
+            extra = [self._warmup_bucket(campaign), self._transport_bucket()]
+            buckets = sorted({*campaign.bucket_ids, *filter(None, extra)})
+            grant = RateLimit.objects.take(buckets, want=self.batch_size,
+                                           time_zone=campaign.zone_name())
+            if not grant.missing:
+                break
+            self._warmups.pop(campaign.account_id, None)
+            self._transport_bucket_id = None
+        return buckets, grant
 
     def _claim_paced_by(self, paced: dict[int, DestinationGrant], campaign: Sending, count: int,
                         *, worker_id: str, lease: float, hand_over: bool) -> tuple[Claim, int]:
