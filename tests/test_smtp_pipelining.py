@@ -31,8 +31,10 @@ class ScriptedRelay:
     used up in order and then 250 (354 for DATA). With ``pipelining`` it advertises it and
     holds its replies until the group ends (DATA, RSET, QUIT or NOOP)."""
 
-    def __init__(self, *, pipelining: bool, replies: dict[str, list[str]] | None = None) -> None:
+    def __init__(self, *, pipelining: bool, replies: dict[str, list[str]] | None = None,
+                 eightbitmime: bool = False) -> None:
         self.pipelining = pipelining
+        self.eightbitmime = eightbitmime
         self.replies = {verb: deque(lines) for verb, lines in (replies or {}).items()}
         self.commands: list[str] = []  # every command received, in order (verb alone if no
                                        # address)
@@ -90,6 +92,8 @@ class ScriptedRelay:
                 features = ["250-scripted", "250-SIZE 1000000"]
                 if self.pipelining:
                     features.append("250-PIPELINING")
+                if self.eightbitmime:
+                    features.append("250-8BITMIME")
                 conn.sendall(("\r\n".join([*features, "250 HELP"]) + "\r\n").encode())
                 continue
             pending.append(self._reply(verb) if verb in ("MAIL", "RCPT", "DATA") else "250 OK")
@@ -128,6 +132,25 @@ def test_the_envelope_goes_in_one_group_and_the_content_after_its_354():
                                   "QUIT"]
     # dot-stuffed on the wire, as smtplib does it
     assert relay.contents == [MESSAGE.replace(b"\r\n.a", b"\r\n..a").rstrip(b"\r\n")]
+
+
+EIGHT_BIT = "Subject: hi\r\n\r\nGrüße aus Zürich\r\n".encode()
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+@pytest.mark.parametrize(("data", "advertised", "options"), [
+    (EIGHT_BIT, True, f" SIZE={len(EIGHT_BIT)} BODY=8BITMIME"),
+    (MESSAGE, True, f" SIZE={len(MESSAGE)}"),
+    (EIGHT_BIT, False, f" SIZE={len(EIGHT_BIT)}"),
+])
+def test_eight_bit_content_is_announced_to_a_relay_that_takes_it(pipelining, data, advertised, options):
+    """RFC 6152: without BODY=8BITMIME, a relay may pass the body to a server without 8BITMIME
+    by converting it, which breaks its DKIM signature (RFC 6376 5.3)."""
+    relay = ScriptedRelay(pipelining=pipelining, eightbitmime=advertised)
+    assert send_and_quit(relay, "a@example.com", data=data) == {}
+    [mail] = [command for command in relay.commands if command.upper().startswith("MAIL")]
+    assert mail.lower() == f"MAIL FROM:<news@tenant.example>{options}".lower()  # smtplib's: "mail"
+    assert relay.contents == [data.replace(b"\r\n.", b"\r\n..").rstrip(b"\r\n")]
 
 
 def test_a_relay_that_does_not_advertise_it_gets_one_command_at_a_time():

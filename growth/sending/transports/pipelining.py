@@ -26,9 +26,13 @@ def sendmail(client: smtplib.SMTP, sender: str, recipients: Sequence[str],
     """Send ``data`` (bytes with CRLF line ends) from ``sender`` to ``recipients`` on the open
     ``client``; return the refused recipients as ``smtplib.SMTP.sendmail`` does."""
     client.ehlo_or_helo_if_needed()
+    # RFC 6152: 8-bit content is announced, or a relay may take it for 7-bit; one that passes it
+    # to a server without 8BITMIME then converts it, which breaks its DKIM signature
+    body = ["BODY=8BITMIME"] if not data.isascii() and client.has_extn("8bitmime") else []
     if not client.has_extn("pipelining"):
-        return client.sendmail(sender, list(recipients), data)
-    options = f" SIZE={len(data)}" if client.has_extn("size") else ""
+        return client.sendmail(sender, list(recipients), data, mail_options=body)
+    options = "".join(f" {option}" for option in
+                      ([f"SIZE={len(data)}"] if client.has_extn("size") else []) + body)
     group = [f"MAIL FROM:{smtplib.quoteaddr(sender)}{options}",
              *(f"RCPT TO:{smtplib.quoteaddr(recipient)}" for recipient in recipients),
              "DATA"]
