@@ -5,6 +5,7 @@ admin never shows a private key back. The keys under tests/fixtures/dkim are tes
 
 from __future__ import annotations
 
+import base64
 import html
 import re
 from dataclasses import dataclass, field
@@ -12,10 +13,12 @@ from email import message_from_bytes
 from pathlib import Path
 
 import dkim as dkimpy
+import nacl.signing
 import pytest
 from django.core.mail import EmailMessage
 from django.urls import reverse
 
+from growth.deliverability import keys
 from growth.models import Campaign, Send, SendingDomain
 from growth.sending import dkim
 from growth.sending.rendering import CampaignContent, CampaignRenderer
@@ -388,6 +391,17 @@ def test_the_platform_key_may_live_in_the_admin_and_must_exist_somewhere(setting
 def test_a_key_that_cannot_sign_is_refused_with_the_reason(key, algorithm, says):
     with pytest.raises(dkim.DkimKeyError, match=re.escape(says)):
         dkim.load_private_key(key, algorithm)
+
+
+def test_nacls_64_byte_ed25519_key_signs_as_its_seed_and_the_readiness_check_agrees():
+    """The readiness check read NaCl's form (seed, then public key) and showed it ready; the
+    signer refused it, and every campaign that needed it paused."""
+    seed = base64.b64decode(ED25519_KEY)
+    nacl_form = base64.b64encode(seed + bytes(nacl.signing.SigningKey(seed).verify_key)).decode()
+    assert dkim.load_private_key(nacl_form, dkim.ED25519) == dkim.load_private_key(ED25519_KEY,
+                                                                                   dkim.ED25519)
+    assert keys.expected_public_key(nacl_form, keys.ED25519) == keys.expected_public_key(
+        ED25519_KEY, keys.ED25519)
 
 
 @pytest.mark.parametrize(("key", "algorithm"), [

@@ -18,12 +18,11 @@ import nacl.signing
 from dkim import crypto as dkim_crypto
 from dkim.asn1 import ASN1FormatError
 
-from growth.sending.dkim import ED25519, RSA, rsa_public_key_info
+from growth.sending.dkim import ED25519, RSA, DkimKeyError, ed25519_seed, rsa_public_key_info
 
 __all__ = ["ED25519", "RSA", "KeyUnreadable", "expected_public_key", "same_key"]
 
 _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\s*(.*?)\s*-----END \1-----", re.DOTALL)
-_ED25519_PKCS8_PREFIX = bytes.fromhex("302e020100300506032b657004220420")  # then the 32-byte seed
 
 
 class KeyUnreadable(Exception):
@@ -89,18 +88,7 @@ def _rsa_public_numbers(der: bytes) -> tuple[int, int] | None:
 
 
 def _ed25519_seed(text: str) -> bytes:
-    match = _PEM.search(text)
     try:
-        raw = base64.b64decode("".join((match[2] if match else text).split()), validate=True)
-    except (binascii.Error, ValueError):
-        raise KeyUnreadable("an Ed25519 key is the base64 of its 32-byte private key (or "
-                            "OpenSSL's PEM of it)") from None
-    if match is not None:
-        if not raw.startswith(_ED25519_PKCS8_PREFIX) or len(raw) != len(_ED25519_PKCS8_PREFIX) + 32:
-            raise KeyUnreadable("this PEM is not an Ed25519 private key")
-        raw = raw[len(_ED25519_PKCS8_PREFIX):]
-    if len(raw) == 64:  # NaCl's secret key: the seed, then the public key
-        raw = raw[:32]
-    if len(raw) != 32:
-        raise KeyUnreadable(f"an Ed25519 private key is 32 bytes, this is {len(raw)}")
-    return raw
+        return ed25519_seed(text)  # the signer's own reading: what shows ready here signs
+    except DkimKeyError as exc:
+        raise KeyUnreadable(str(exc)) from None

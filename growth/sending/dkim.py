@@ -133,7 +133,7 @@ def load_private_key(text: str | bytes, algorithm: str) -> str:
     if algorithm == RSA:
         key = _rsa_pem(text)
     elif algorithm == ED25519:
-        key = _ed25519_seed(text)
+        key = base64.b64encode(ed25519_seed(text)).decode("ascii")
     else:
         raise DkimKeyError(f"unknown algorithm {algorithm!r} (one of {', '.join(ALGORITHMS)})")
     _probe(key, algorithm)
@@ -165,7 +165,9 @@ def _rsa_pem(text: str) -> str:
     return "\n".join([f"-----BEGIN {match[1]}-----", *lines, f"-----END {match[1]}-----", ""])
 
 
-def _ed25519_seed(text: str) -> str:
+def ed25519_seed(text: str) -> bytes:
+    """The 32-byte private key of an Ed25519 key as typed: the base64 of the seed (dkimpy's
+    form) or of seed and public key (NaCl's 64 bytes), or OpenSSL's PKCS#8 PEM of it."""
     match = _PEM.search(text)
     try:
         raw = base64.b64decode("".join((match[2] if match else text).split()), validate=True)
@@ -177,9 +179,11 @@ def _ed25519_seed(text: str) -> str:
             raise DkimKeyError("this PEM is not an Ed25519 private key (for an RSA key, choose "
                                "the RSA algorithm)")
         raw = raw[len(_ED25519_PKCS8_PREFIX):]
+    if len(raw) == 64:  # NaCl's secret key: the seed, then the public key
+        raw = raw[:32]
     if len(raw) != 32:
         raise DkimKeyError(f"an Ed25519 private key is 32 bytes, this is {len(raw)}")
-    return base64.b64encode(raw).decode("ascii")
+    return raw
 
 
 def _probe(key: str, algorithm: str) -> None:
