@@ -69,6 +69,16 @@ def test_a_progress_line_every_few_seconds_with_rate_and_eta_and_none_when_nothi
     assert (record.campaign_id, record.sent, record.total, record.queued) == (campaign.id, 4, 10, 6)
 
 
+def test_a_campaign_name_reaches_the_terminal_as_one_line_of_text(caplog):
+    """A tenant types the name; the operator's terminal would act on ESC sequences in it."""
+    campaign = sending_campaign(count=2, name="Spring\x1b]0;owned\x07 news\r\n\x9bfake")
+    console = Console(worker_id="w1", every=5, clock=Clock())
+    console.sending([campaign.id])
+    console.progress()
+    assert lines(caplog) == [f"campaign {campaign.id} “Spring ]0;owned news fake”: 0/2 sent "
+                             "(0.0%), 2 to go"]
+
+
 def test_looks_at_the_progress_are_spaced_by_what_they_cost(caplog, monkeypatch):
     """Counting a huge campaign takes a while, on the worker's loop: looks are spaced so that
     they take at most 5 % of its time (a 2 s count: the next look 40 s later, not 5)."""

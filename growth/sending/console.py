@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -260,9 +261,13 @@ def _counts(campaign_ids: list[int]) -> dict[int, Counts]:
     return {campaign_id: Counts(found.get(campaign_id, {})) for campaign_id in campaign_ids}
 
 
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _name(facts: dict | None) -> str:
-    """The campaign's name on one line (a name is typed by a tenant: no line breaks in logs)."""
-    name = " ".join(str(facts["name"]).split()) if facts else "?"
+    """The campaign's name on one line (a name is typed by a tenant: no line breaks in logs, and
+    no control character, such as ESC, that the operator's terminal would act on)."""
+    name = " ".join(_CONTROLS.sub(" ", str(facts["name"])).split()) if facts else "?"
     return name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN - 1] + "…"
 
 
