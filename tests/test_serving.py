@@ -120,3 +120,15 @@ def test_the_serve_command_collects_static_files_and_runs_gunicorn(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=20)
+
+
+@pytest.mark.parametrize(("env", "domain"), [
+    ({"SITE_URL": "https://Bücher.example"}, "xn--bcher-kva.example"),
+    ({"MESSAGE_ID_DOMAIN": "bücher.example"}, "xn--bcher-kva.example"),
+])
+def test_message_ids_are_made_with_the_sites_domain_in_idna_form(env, domain):
+    """A header holds ASCII: from a non-ASCII host a Message-ID was an RFC 2047 encoded word."""
+    result = subprocess.run(
+        manage("shell", "-c", "from django.conf import settings; print(settings.MESSAGE_ID_DOMAIN)"),
+        env=subprocess_env(**env), capture_output=True, timeout=60)
+    assert result.stdout.decode().splitlines()[-1] == domain, result.stderr.decode()[-2000:]

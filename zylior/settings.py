@@ -177,7 +177,12 @@ SENDER_HANDOFF_CHUNK = env.int("SENDER_HANDOFF_CHUNK", default=5)  # messages pe
 SENDER_PROTOCOL = env.str("SENDER_PROTOCOL", default="leases")
 if SENDER_PROTOCOL not in ("rows", "leases"):
     raise ImproperlyConfigured(f"SENDER_PROTOCOL must be rows or leases, not {SENDER_PROTOCOL!r}")
-MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN", default=urlsplit(SITE_URL).hostname or "localhost")
+# in IDNA form: a header holds ASCII, and a Message-ID is no place for an encoded word
+try:
+    MESSAGE_ID_DOMAIN = env.str("MESSAGE_ID_DOMAIN",
+                                default=urlsplit(SITE_URL).hostname or "localhost").encode("idna").decode()
+except UnicodeError as exc:
+    raise ImproperlyConfigured(f"MESSAGE_ID_DOMAIN (or SITE_URL's host) is no domain: {exc}") from None
 # VERP (growth.sending.verp): bounces come back to <BOUNCE_LOCAL_PART>+<signed job>@BOUNCE_DOMAIN;
 # unset, the envelope sender is the From address and bounces cannot be matched to their send.
 BOUNCE_DOMAIN = env.str("BOUNCE_DOMAIN", default="").strip().lower().rstrip(".")
