@@ -697,6 +697,26 @@ def test_over_lmtp_an_unparsed_message_is_kept_for_a_person(world, server, tmp_p
 
 
 @pytest.mark.django_db(transaction=True)
+def test_over_lmtp_what_is_kept_for_a_person_is_bounded_and_past_it_the_mail_server_keeps_it(
+        world, server, tmp_path, settings, caplog):
+    settings.BOUNCE_UNPARSED_MAX_MB = 1
+    bounces = server()
+    raw = world.bounce("not-a-bounce")
+    kept = tmp_path / "unparsed"
+    kept.mkdir()
+    (kept / "earlier.eml").write_bytes(b"x" * (1024 * 1024 - len(raw) + 1))
+    with pytest.raises(smtplib.SMTPDataError) as refused:
+        lmtp_send(bounces.port, [world.bounce_to()], raw)
+    assert refused.value.smtp_code == 452
+    assert [path.name for path in kept.iterdir()] == ["earlier.eml"]
+    assert "fill BOUNCE_UNPARSED_MAX_MB" in caplog.text
+    caplog.clear()  # that error is the operator's cue, expected here
+    (kept / "earlier.eml").unlink()  # a person looked
+    assert lmtp_send(bounces.port, [world.bounce_to()], raw) == {}
+    assert len(list(kept.iterdir())) == 1
+
+
+@pytest.mark.django_db(transaction=True)
 def test_over_lmtp_the_database_away_is_a_451_and_the_message_comes_again(world, server):
     calls = []
 

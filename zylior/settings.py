@@ -193,6 +193,9 @@ BOUNCE_LOCAL_PART = env.str("BOUNCE_LOCAL_PART", default="bounces")
 BOUNCE_IMAP_URL = env.str("BOUNCE_IMAP_URL", default="")
 BOUNCE_SOFT_LIMIT = env.int("BOUNCE_SOFT_LIMIT", default=3)
 BOUNCE_SOFT_WINDOW_DAYS = env.int("BOUNCE_SOFT_WINDOW_DAYS", default=7)
+# LMTP: what is kept in the unparsed directory for a person, at most (past it: 452, and the mail
+# server keeps the message queued)
+BOUNCE_UNPARSED_MAX_MB = env.int("BOUNCE_UNPARSED_MAX_MB", default=1024)
 # DKIM (growth.sending.dkim): a tenant's own sending domains are keyed in the admin; these give
 # the platform's key, which signs (d=DKIM_DOMAIN) the mail of every tenant without a key of its
 # own. Without DKIM_PRIVATE_KEY_FILE, the platform sending domain DKIM_DOMAIN in the admin holds

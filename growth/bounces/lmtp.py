@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -102,6 +103,15 @@ class BounceHandler:
             return "250 2.0.0 Accepted (not a report; dropped as configured)"
         try:
             self.unparsed_dir.mkdir(parents=True, exist_ok=True)
+            # anyone can mail the bounce domain: what is kept for a person is bounded, and past
+            # the bound the mail server keeps the message in its queue until someone looks
+            kept = sum(entry.stat().st_size for entry in os.scandir(self.unparsed_dir)
+                       if entry.is_file())
+            if kept + len(content) > settings.BOUNCE_UNPARSED_MAX_MB * 1024 * 1024:
+                logger.error("the unparsed bounces in %s fill BOUNCE_UNPARSED_MAX_MB (%s MB): "
+                             "refused with 452 until a person clears them", self.unparsed_dir,
+                             settings.BOUNCE_UNPARSED_MAX_MB)
+                return "452 4.3.1 Too many messages kept for a person, try again later"
             digest = hashlib.sha256(content).hexdigest()[:16]
             path = self.unparsed_dir / f"{time.strftime('%Y%m%dT%H%M%S')}-{digest}.eml"
             path.write_bytes(content)
