@@ -393,6 +393,13 @@ def test_conditions_and_text_filters_still_render(site):
     assert message.body.startswith("Hi Ann@Example.Combye ")
 
 
+@pytest.mark.django_db
+def test_django_s_literals_render_as_django_renders_them(site):
+    campaign = CampaignFactory(subject="{{ True }} {{ None }} {{ False }} {{ email }}")
+    subscriber = SubscriberFactory(segment__account=campaign.account, email="ann@example.com")
+    assert render(campaign, subscriber).subject == "True None False ann@example.com"
+
+
 def test_check_content_reports_every_bad_field_at_once():
     errors = errors_of(subject="", body_text="", body_html="{% if %}")
     assert set(errors) == {"subject", "body_text", "body_html"}

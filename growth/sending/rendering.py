@@ -33,6 +33,7 @@ from growth.sending.templating import ALLOWED, HTML, TEXT
 from growth.sending.unsubscribe import LinkMaker
 
 _BARE_VARIABLE = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)\s*}}")
+_LITERALS = {"True", "False", "None"}  # Django prints them, as no variable
 _MENTIONS_UNSUBSCRIBE = re.compile(r"{{\s*unsubscribe_url\s*(\|[^}]*)?}}")
 TEXT_FOOTER = "\n\n--\nUnsubscribe: {{ unsubscribe_url }}\n"
 HTML_FOOTER = '<p style="font-size:12px;color:#666"><a href="{{ unsubscribe_url }}">Unsubscribe</a></p>'
@@ -150,7 +151,8 @@ def _compile(source: str, *, html: bool) -> Callable[[dict[str, str]], str]:
     """
     pieces = _BARE_VARIABLE.split(source)
     literals, names = pieces[::2], pieces[1::2]
-    if any(marker in literal for literal in literals for marker in ("{{", "{%", "{#")):
+    if (any(marker in literal for literal in literals for marker in ("{{", "{%", "{#"))
+            or _LITERALS.intersection(names)):
         template = (HTML if html else TEXT).from_string(source)
         return lambda values: template.render(Context(values, autoescape=html))
     # The text between the variables, with a place for each variable's value: joined per
