@@ -20,7 +20,7 @@ from django.db.models.functions import Cast, Concat
 
 _DIGITS = r"(\d{1,18})"  # a bigint, without overflowing one
 _JOB_ID = re.compile(rf"campaign:{_DIGITS}:{_DIGITS}")
-_MESSAGE_ID = re.compile(rf"<?campaign\.{_DIGITS}\.{_DIGITS}@[^>\s]+>?")
+_MESSAGE_ID = re.compile(rf"<?campaign\.{_DIGITS}\.{_DIGITS}@([^>\s]+)>?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +51,13 @@ def message_id(job_id: str, domain: str | None = None) -> str:
     return f"<{job_id.replace(':', '.')}@{domain or settings.MESSAGE_ID_DOMAIN}>"
 
 
-def parse_message_id(text: str) -> JobKey | None:
-    """Return the job a Message-ID of ours names (angle brackets optional), or None."""
+def parse_message_id(text: str, *, domain: str | None = None) -> JobKey | None:
+    """Return the job a Message-ID of ours names (angle brackets optional), or None; with
+    ``domain``, only one made there (another install's have the same shape)."""
     match = _MESSAGE_ID.fullmatch(text.strip())
-    return JobKey(int(match[1]), int(match[2])) if match else None
+    if match is None or (domain is not None and match[3].lower() != domain.lower()):
+        return None
+    return JobKey(int(match[1]), int(match[2]))
 
 
 def database_expression() -> Concat:

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from growth.models import Account, Campaign, FeedbackEvent, Send, SendVerdict, Subscriber, Suppression
 from growth.reconcile import exim, message_ids, postfix
-from growth.reconcile.evidence import Collector, EvidenceError, lines_of
+from growth.reconcile.evidence import MAX_READ, SAMPLE, Collector, EvidenceError, lines_of
 from growth.reconcile.service import Source, read
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory
 from tests.helpers import concurrently
@@ -39,6 +39,11 @@ ADDRESSES = {ALICE: "alice@example.org", BOB: "bob@example.com", CAROL: "carol@e
              DAVE: "dave@example.com", ERIN: "erin@example.com", FRANK: "frank@example.org",
              GRACE: "grace@example.com", HEIDI: "heidi@example.com"}
 IN_DOUBT = {ALICE, BOB, CAROL, DAVE, ERIN}  # of campaign 7301, as the fixtures' README says
+
+
+@pytest.fixture(autouse=True)
+def message_id_domain(settings):
+    settings.MESSAGE_ID_DOMAIN = "growth.example.com"  # the fixtures' install
 
 
 def collect(parse, name: str, in_doubt=IN_DOUBT) -> Collector:
@@ -63,9 +68,10 @@ def test_a_postfix_syslog_log_shows_what_the_relay_accepted_and_refused():
     alice = found.sightings[ALICE]
     assert list(alice.handles) == ["3F2A81C0B1D"]
     assert [line.split(": ", 2)[-1][:30] for line in alice.lines] == [
-        "message-id=<campaign.7301.7401", "to=<alice@example.org>, relay="]
+        "message-id=<campaign.7301.7401", "from=<bounces@growth.example.c",  # qmgr: accepted
+        "to=<alice@example.org>, relay="]
     assert "status=bounced (host mx.example.net" in found.sightings[CAROL].lines[-1]
-    assert found.sightings[DAVE].handles == {"9B0E61E0A35": True}
+    assert found.sightings[DAVE].handles == {"9B0E61E0A35": "refused"}
     assert ERIN not in found.sightings  # only in a resent-message-id header
 
 
@@ -75,8 +81,9 @@ def test_a_postfix_log_with_rfc3339_stamps_and_long_queue_ids_through_a_content_
     assert set(found.accepted) == {BOB}
     bob = found.sightings[BOB]
     assert list(bob.handles) == ["4bNQK05rZVz1xkF", "4bNQK22xgHz9vq3"]
-    assert [line.split(", status=")[-1][:8] for line in bob.lines[2:]] == [
+    assert [line.split(", status=")[-1][:8] for line in bob.lines if ", status=" in line] == [
         "sent (25", "deferred", "sent (25"]
+    assert set(bob.handles.values()) == {"queued"}  # qmgr took both copies
     assert bob.lines[0].startswith("2024-03-05T10:15:06.418802+01:00 relay postfix/cleanup[2202]")
     assert found.not_ours == {"9a0c3f51-77e2-4c1a-bb1e-5b2f0d1c0e64@mail.example.org"}
     evidence = bob.evidence("Postfix log postfix-rfc3339.log", "queue id")
@@ -112,13 +119,16 @@ def test_an_exim_main_log_with_4_97_message_ids_milliseconds_zone_and_pid():
 
 @pytest.mark.parametrize(("parse", "lines"), [
     (postfix.parse, [  # Postfix's own maillog_file (postlogd): the day padded with a zero
-        "Mar 05 10:15:01 relay postfix/cleanup[2102]: 3F2A81C0B1D: message-id=<campaign.7301.7401@x>",
+        "Mar 05 10:15:01 relay postfix/cleanup[2102]: 3F2A81C0B1D: "
+        "message-id=<campaign.7301.7401@growth.example.com>",
+        "Mar 05 10:15:01 relay postfix/qmgr[1480]: 3F2A81C0B1D: from=<bounces@growth.example.com>, "
+        "size=2811, nrcpt=1 (queue active)",
         "Mar 05 10:15:02 relay postfix/smtp[2104]: 3F2A81C0B1D: to=<alice@example.org>, "
         "relay=mx1.example.org[198.51.100.7]:25, delay=0.9, delays=0/0/0.4/0.5, dsn=2.0.0, "
         "status=sent (250 2.0.0 Ok)"]),
     (exim.parse, [  # Exim's main log written through syslog
         "Mar  5 10:15:01 relay exim[3310]: 1rhPqR-0004Ab-2c <= bounces@growth.example.com "
-        "H=app1.growth.example.com [192.0.2.10] P=esmtpsa S=2811 id=campaign.7301.7401@x",
+        "H=app1.growth.example.com [192.0.2.10] P=esmtpsa S=2811 id=campaign.7301.7401@growth.example.com",
         "Mar  5 10:15:02 relay exim[3312]: 1rhPqR-0004Ab-2c => alice@example.org R=dnslookup "
         "T=remote_smtp H=mx1.example.org [198.51.100.7] C=\"250 2.0.0 Ok\""]),
 ], ids=["postlogd", "exim-syslog"])
@@ -246,7 +256,7 @@ def test_a_postfix_log_marks_sent_what_the_relay_accepted_with_its_evidence(rela
         "  1 refused by the relay: not marked sent",
         "  1 of this campaign's Message-IDs name no send in doubt (already settled): left alone",
         "  1 Message-IDs of other campaigns and 2 not ours: ignored",
-        "  35 lines ignored (other programs, other messages)",
+        "  33 lines ignored (other programs, other messages)",
         "  1 taken by a follow-up campaign: never retried here",
         "  4 still unknown:",
         "    bob@example.com",
@@ -538,3 +548,116 @@ def test_a_delivery_naming_a_send_with_another_address_settles_nothing(mailed):
     Postmark.post(Client(), delivery(Postmark, "someone.else@example.com", mailed.metadata()))
 
     assert status_of(mailed) == "unknown" and not SendVerdict.objects.exists()
+
+
+# --- evidence that only looks like acceptance ---------------------------------------------------
+
+PF = "Mar  9 23:59:{s:02d} relay postfix/{prog}[2102]: 3F2A81C0B1D: {what}"
+QUEUED = "from=<bounces@growth.example.com>, size=2811, nrcpt=1 (queue active)"
+
+
+def ours(subscriber: int, domain: str = "growth.example.com") -> str:
+    return f"message-id=<campaign.{CAMPAIGN}.{subscriber}@{domain}>"
+
+
+def postfix_found(*lines: str) -> Collector:
+    found = Collector(campaign_id=CAMPAIGN, in_doubt=IN_DOUBT)
+    postfix.parse(lines, found)
+    return found
+
+
+def test_a_message_whose_client_died_during_data_was_not_accepted_by_postfix():
+    """cleanup logs the Message-ID while the headers come in, before the end of DATA: a worker
+    killed mid-DATA (the very crash that leaves a row in doubt) leaves that line and no qmgr
+    'from=': the relay never had the message, and the row was marked sent."""
+    found = postfix_found(
+        PF.format(s=1, prog="cleanup", what=ours(ALICE)),
+        "Mar  9 23:59:31 relay postfix/submission/smtpd[2101]: lost connection after DATA "
+        "(1848 bytes) from app1.growth.example.com[192.0.2.10]")
+    assert ALICE not in found.accepted and ALICE not in found.refused  # still in doubt
+    assert found.sightings[ALICE].handles == {"3F2A81C0B1D": "seen"}
+
+
+def test_a_postfix_queue_id_used_again_is_another_message():
+    """Once a message is removed, Postfix may give its short queue id to a later one."""
+    found = postfix_found(
+        PF.format(s=1, prog="cleanup", what=ours(ALICE)), PF.format(s=1, prog="qmgr", what=QUEUED),
+        PF.format(s=3, prog="qmgr", what="removed"),
+        PF.format(s=4, prog="cleanup", what=ours(BOB)), PF.format(s=4, prog="qmgr", what=QUEUED),
+        PF.format(s=6, prog="qmgr", what="removed"),
+        # a third message, not ours, refused under the same id: nothing to do with alice's
+        PF.format(s=7, prog="cleanup", what="message-id=<other-1234@crm.example.net>"),
+        PF.format(s=7, prog="cleanup", what="milter-reject: END-OF-MESSAGE from x[1.2.3.4]: spam"))
+    assert set(found.accepted) == {ALICE, BOB} and not found.refused
+
+
+@pytest.mark.parametrize("what", [
+    ours(ALICE, domain="staging.other-install.example"),  # another install's, same shape
+    f"message-id=20240305.abc@evil.example (<campaign.{CAMPAIGN}.{ALICE}@growth.example.com>)",
+])
+def test_a_postfix_message_id_that_only_looks_like_ours_is_not_ours(what):
+    found = postfix_found(PF.format(s=1, prog="cleanup", what=what),
+                          PF.format(s=1, prog="qmgr", what=QUEUED))
+    assert not found.sightings and found.counted["not ours"] == 1
+
+
+def test_an_exim_arrival_is_read_by_its_message_id_field_not_a_quoted_sender():
+    line = (f'2024-03-05 10:15:01 1rhPqR-0004Ab-2c <= "x id=campaign.{CAMPAIGN}.{ALICE}@growth'
+            '.example.com"@evil.example H=evil.example [203.0.113.9] P=esmtp S=812 '
+            'id=20240305.abc@evil.example T="id=campaign.1.2@growth.example.com"')
+    found = Collector(campaign_id=CAMPAIGN, in_doubt=IN_DOUBT)
+    exim.parse([line], found)
+    assert not found.sightings and found.not_ours == {"20240305.abc@evil.example"}
+
+
+def test_a_message_id_list_saved_with_a_byte_order_mark_loses_no_line(tmp_path):
+    path = tmp_path / "ids.txt"
+    path.write_bytes(f"\ufeffcampaign.{CAMPAIGN}.{ALICE}@growth.example.com\n"
+                     f"<campaign.{CAMPAIGN}.{BOB}@growth.example.com>\n".encode())
+    found = read(Source("message-ids", path), campaign_id=CAMPAIGN, in_doubt=IN_DOUBT)
+    assert set(found.accepted) == {ALICE, BOB}
+
+
+def test_a_damaged_gzip_log_is_refused_as_evidence(tmp_path):
+    data = bytearray(gzip.compress((LOGS / "postfix-syslog.log").read_bytes()))
+    for i in range(20, 60):  # the deflate stream, not the header
+        data[i] ^= 0xFF
+    path = tmp_path / "mail.log.1.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(EvidenceError, match="cannot read it"):
+        read(Source("postfix-log", path), campaign_id=CAMPAIGN, in_doubt=IN_DOUBT)
+
+
+def test_a_line_longer_than_any_log_line_is_read_in_part_and_the_next_one_whole(tmp_path):
+    path = tmp_path / "odd.log"
+    path.write_bytes(b"a" * (10 * MAX_READ) + b"\n" + b"next\n")
+    assert [len(line) for line in lines_of(path)] == [MAX_READ, 4]
+
+
+def test_what_is_only_counted_keeps_a_sample_however_long_the_log():
+    found = postfix_found(*(f"Mar  9 23:59:57 relay postfix/cleanup[2102]: {n:011X}: "
+                            f"message-id=<{n}.someone@crm.example.net>" for n in range(SAMPLE + 500)))
+    assert found.counted["not ours"] == SAMPLE + 500 and len(found.not_ours) == SAMPLE
+
+
+@pytest.mark.django_db
+def test_retry_rest_queues_again_only_rows_the_evidence_was_read_for(relay, monkeypatch):
+    """Frank's row went into doubt while the file was being read (its lease expired): the file
+    shows the relay accepted it, but it was not looked for there, and --retry-rest queued it
+    again with "nothing shows the relay accepted it": a second message."""
+    from growth.reconcile import service
+
+    Send.objects.filter(subscriber_id=FRANK).update(status="sending", sent_at=None,
+                                                    lease_expires_at=timezone.now())
+    read_whole = service.read
+
+    def read_while_a_lease_expires(*args, **kwargs):
+        found = read_whole(*args, **kwargs)
+        Send.objects.filter(subscriber_id=FRANK).update(
+            status="unknown", lease_expires_at=None, attempts=1, handed_over_at=timezone.now())
+        return found
+
+    monkeypatch.setattr(service, "read", read_while_a_lease_expires)
+    reconcile("--campaign", str(CAMPAIGN), "--message-ids", str(LOGS / "accepted-message-ids.txt"),
+              "--retry-rest")
+    assert relay.statuses()[FRANK] == "unknown"  # for the next reconcile, which will read it

@@ -27,7 +27,9 @@ _LINE = re.compile(
     rf"(?: \[\d+\])? (?P<text>.*)")
 _MESSAGE = re.compile(rf"(?P<exim_id>{_EXIM_ID}) (?P<flag><=|=>|->|\*>|==|\*\*) .*")
 _HEADER_ID = re.compile(r" id=(?P<value>\S+)")
-_SUBJECT = ' T="'  # the fields after it (subject, from, for) are not read: a subject may say id=
+# id= is the last field Exim writes before these; what follows them (a subject, addresses) and
+# what comes before it (a quoted sender, an AUTH id) may say " id=" too: the last before is it
+_AFTER_ID = re.compile(r' T="| from <| for ')
 
 
 def parse(lines: Iterable[str], collector: Collector) -> None:
@@ -44,6 +46,8 @@ def parse(lines: Iterable[str], collector: Collector) -> None:
         if (sighting := tracked.get(exim_id)) is not None:
             collector.add(sighting, line)
         elif message["flag"] == "<=":
-            found = _HEADER_ID.search(message[0].split(_SUBJECT, 1)[0])
-            if found and (sighting := collector.message(found["value"], line, handle=exim_id)):
+            before = _AFTER_ID.split(message[0], maxsplit=1)[0]
+            found = [*_HEADER_ID.finditer(before)]
+            if found and (sighting := collector.message(found[-1]["value"], line, handle=exim_id,
+                                                        queued=True)):
                 tracked[exim_id] = sighting

@@ -93,7 +93,7 @@ def reconcile(*, campaign_id: int, source: Source, retry_rest: bool = False,
     elif retry_rest:
         notes = {row.id: source.describe(refused[row.subscriber_id])
                  for row in rest if row.subscriber_id in refused}
-        retried, reopened = _retry(campaign_id, notes,
+        retried, reopened = _retry(campaign_id, {row.id for row in rest}, notes,
                                    default=f"nothing in {source} shows the relay accepted it")
 
     if dry_run:
@@ -123,12 +123,15 @@ def read(source: Source, *, campaign_id: int, in_doubt: Collection[int]) -> Coll
     return collector
 
 
-def _retry(campaign_id: int, notes: dict[int, str], *, default: str) -> tuple[set[int], bool]:
+def _retry(campaign_id: int, read: set[int], notes: dict[int, str], *,
+           default: str) -> tuple[set[int], bool]:
     """Queue the campaign's unknown rows again with the same key, but those a follow-up took,
     recording a 'retried' verdict for each (one transaction); return those moved, and whether
-    the campaign went back to sending."""
+    the campaign went back to sending. Only rows ``read`` (in doubt when the evidence was read,
+    and not shown accepted there): one that became unknown since was not looked for in it."""
     with transaction.atomic():
         _, ids = SendVerdict.objects.lock_retryable(campaign_id=campaign_id)
+        ids = [send_id for send_id in ids if send_id in read]
         requeued = Send.objects.retry_unknown(ids) if ids else []
         SendVerdict.objects.record(
             {row.id: f"{notes.get(row.id, default)}\nqueued again with the same key (--retry-rest)"

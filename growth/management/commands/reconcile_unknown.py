@@ -50,11 +50,12 @@ class Command(BaseCommand):
         out(f"  {len(report.marked_sent)} {would}marked sent: the relay accepted them")
         if report.refused:
             out(f"  {len(report.refused)} refused by the relay: not marked sent")
-        if evidence.not_in_doubt:
-            out(f"  {len(evidence.not_in_doubt)} of this campaign's Message-IDs name no send in "
+        counted = evidence.counted
+        if counted["not in doubt"]:
+            out(f"  {counted['not in doubt']:,} of this campaign's Message-IDs name no send in "
                 "doubt (already settled): left alone")
-        out(f"  {len(evidence.other_campaigns)} Message-IDs of other campaigns and "
-            f"{len(evidence.not_ours)} not ours: ignored")
+        out(f"  {counted['other campaigns']:,} Message-IDs of other campaigns and "
+            f"{counted['not ours']:,} not ours: ignored")
         out(f"  {evidence.lines - evidence.used:,} lines ignored (other programs, other messages)")
         if retry_rest:
             out(f"  {report.retried} {would}queued again with the same key")
