@@ -661,3 +661,36 @@ def test_retry_rest_queues_again_only_rows_the_evidence_was_read_for(relay, monk
     reconcile("--campaign", str(CAMPAIGN), "--message-ids", str(LOGS / "accepted-message-ids.txt"),
               "--retry-rest")
     assert relay.statuses()[FRANK] == "unknown"  # for the next reconcile, which will read it
+
+
+@pytest.mark.django_db
+@ESPS
+@pytest.mark.parametrize("recipient", ["someone.else@example", "someone.else@[192.0.2.1]",
+                                       "Someone Else <someone.else@example.com>"])
+def test_an_event_for_a_recipient_that_is_not_the_sends_settles_nothing(mailed, esp, recipient):
+    """One that was no address fell back to the send's own: another mailbox's delivery
+    settled ours."""
+    assert esp.post(Client(), delivery(esp, recipient, mailed.metadata())).status_code == 200
+    assert status_of(mailed) == "unknown" and not SendVerdict.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_event_naming_the_recipient_with_a_display_name_settles_as_its_address(mailed):
+    payload = delivery(Postmark, "Lost One <LOST@example.com>", mailed.metadata())
+    assert Postmark.post(Client(), payload).status_code == 200
+    assert status_of(mailed) == "sent"
+
+
+@pytest.mark.django_db
+def test_a_bounce_for_a_recipient_that_is_no_address_suppresses_nothing(mailed):
+    payload = Postmark.hard_bounce("someone.else@example", mailed.metadata())
+    assert Postmark.post(Client(), payload).status_code == 200
+    assert status_of(mailed) == "unknown" and not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_event_id_with_a_nul_is_recorded_not_dropped(mailed):
+    batch = SendGrid.hard_bounce("lost@example.com", mailed.metadata(), event_id="sg-\x00-1")
+    assert SendGrid.post(Client(), batch).status_code == 200
+    assert FeedbackEvent.objects.get().event_id == "sg--1"
+    assert Suppression.objects.filter(email_lower="lost@example.com").exists()

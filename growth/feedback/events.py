@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from email.utils import parseaddr
 from enum import StrEnum
 
 from anymail.signals import AnymailTrackingEvent, EventType
@@ -79,7 +80,7 @@ def handle_event(*, esp_name: str, event: AnymailTrackingEvent) -> Handled:
         logger.debug("feedback event ignored", extra=context)
         return Handled.IGNORED
     email_lower = _email_lower(event.recipient)
-    attribution = attribute(event, email_lower)
+    attribution = attribute(event, email_lower, recipient_given=_given(event.recipient))
     send = attribution.send
     if verdict is None:
         # a delivery (or the ESP's acceptance): news only about a send in doubt
@@ -146,13 +147,15 @@ def _settle(esp_name: str, event: AnymailTrackingEvent, send: SendRecord,
     return settled is not None
 
 
-def attribute(event: AnymailTrackingEvent, email_lower: str | None) -> Attribution:
+def attribute(event: AnymailTrackingEvent, email_lower: str | None, *,
+              recipient_given: bool = False) -> Attribution:
     """Find the send the event is about in our own ledger; its tenant is the send's account.
 
     The payload names the send by the provider's message id, our Message-ID or the job id in
     the metadata we attached; whatever else the payload says (metadata's account and campaign,
     the recipient) may only agree with that send. An event that names none, names two, or
-    contradicts the one it names is not attributed, and so suppresses nothing anywhere.
+    contradicts the one it names is not attributed, and so suppresses nothing anywhere; nor one
+    whose recipient is given but is no address (it cannot be shown to agree).
     """
     metadata = event.metadata if isinstance(event.metadata, dict) else {}
     found: dict[int, SendRecord] = {}
@@ -175,6 +178,8 @@ def attribute(event: AnymailTrackingEvent, email_lower: str | None) -> Attributi
     for key, ours in (("account_id", send.account_id), ("campaign_id", send.campaign_id)):
         if key in metadata and _id(metadata[key]) != ours:
             return Attribution(None, f"its metadata's {key} is not the send's")
+    if email_lower is None and recipient_given:
+        return Attribution(None, "its recipient is not an address")
     if email_lower is not None and email_lower != send.email_lower:
         return Attribution(None, "its recipient is not the send's address")
     return Attribution(send)
@@ -185,19 +190,26 @@ def event_key(esp_name: str, event: AnymailTrackingEvent, email_lower: str) -> s
     (Postmark's SubscriptionChange, Resend without its svix-id header): the same event posted
     again derives the same id, so a retry still finds its row."""
     if event.event_id:
-        return str(event.event_id)[:255]
+        return _text(event.event_id)[:255]  # PostgreSQL refuses a NUL: the event was dropped
     timestamp = event.timestamp.isoformat() if event.timestamp else ""
     parts = [esp_name, event.event_type, str(event.message_id or ""), email_lower, timestamp]
     return "derived:" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 
 def _email_lower(recipient: object) -> str | None:
+    """The recipient's dedup key: an address, or one with a display name ("Ann <a@x.example>")."""
     if not isinstance(recipient, str):
         return None
-    try:
-        return parse_address(recipient).email_lower
-    except ValidationError:
-        return None
+    for candidate in (recipient, parseaddr(recipient)[1]):
+        try:
+            return parse_address(candidate).email_lower
+        except ValidationError:
+            continue
+    return None
+
+
+def _given(recipient: object) -> bool:
+    return isinstance(recipient, str) and bool(recipient.strip())
 
 
 def _id(value: object) -> int | None:

@@ -49,7 +49,7 @@ def evidence_of(esp_name: str, event: AnymailTrackingEvent) -> str:
     head = f"{esp_name} {event.event_type} event {event.event_id or '(without an id)'}"
     if event.timestamp:
         head += f" at {event.timestamp.isoformat()}"
-    lines = [head]
+    lines = [head.replace("\x00", "")]
     for name, value in (("message id", event.message_id), ("MTA response", event.mta_response),
                         ("description", event.description)):
         text = str(value or "").replace("\x00", "").strip()[:MAX_TEXT]
