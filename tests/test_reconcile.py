@@ -694,3 +694,29 @@ def test_an_event_id_with_a_nul_is_recorded_not_dropped(mailed):
     assert SendGrid.post(Client(), batch).status_code == 200
     assert FeedbackEvent.objects.get().event_id == "sg--1"
     assert Suppression.objects.filter(email_lower="lost@example.com").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_export_never_shows_a_state_that_never_existed(relay, monkeypatch):
+    """One settle moves alice and erin together; an export whose pages were each their own
+    statement, read across its commit, showed alice in doubt and erin sent."""
+    from growth.management.commands import export_sends
+
+    ids = list(Send.objects.filter(campaign_id=CAMPAIGN, subscriber_id__in=[ALICE, ERIN])
+               .values_list("id", flat=True))
+    read_pages = export_sends._Counter.pages
+
+    def a_settle_after_the_first_page(self, pages):
+        for number, page in enumerate(read_pages(self, pages)):
+            yield page
+            if number == 0:  # another connection settles both at once
+                concurrently(1, lambda i: SendVerdict.objects.settle_unknown(
+                    dict.fromkeys(ids, "seen"), verdict="sent", decided_by="racer"))
+
+    monkeypatch.setattr(export_sends._Counter, "pages", a_settle_after_the_first_page)
+    out = io.StringIO()
+    call_command("export_sends", "--campaign", str(CAMPAIGN), "--format", "jsonl",
+                 "--page-size", "1", stdout=out, stderr=io.StringIO())
+    exported = {row["email"]: row["status"] for row in map(json.loads, out.getvalue().splitlines())}
+    assert exported["alice@example.org"] == exported["erin@example.com"] == "unknown"
+    assert relay.statuses()[ERIN] == "sent"  # the settle went through, after the snapshot

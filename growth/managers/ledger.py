@@ -4,7 +4,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import models
+from django.db import connection, models, transaction
 
 from growth.managers.queries import FromRow, Queries
 
@@ -40,16 +40,19 @@ class SendLedgerManager(models.Manager):
         return [LedgerRow.from_row(row) for row in rows]
 
     def pages(self, *, campaign_id: int, size: int = PAGE_SIZE) -> Iterator[list[LedgerRow]]:
-        """Every row of the campaign once, page by page, each page its own statement.
-
-        Not a snapshot: a row settled while the export runs shows as it was when its page was
-        read. Each address is in exactly one page (the key is unique in the campaign).
-        """
-        after = ""
-        while True:
-            page = self.page(campaign_id=campaign_id, after=after, size=size)
-            if page:
-                yield page
-            if len(page) < size:
-                return
-            after = page[-1].email_lower
+        """Every row of the campaign once, page by page, each page its own statement, all in
+        one read-only snapshot: the campaign as it was when the first page was read (a long
+        export holds back VACUUM that long). In a transaction already, that one's view. Each
+        address is in exactly one page (the key is unique in the campaign)."""
+        begins = not connection.in_atomic_block
+        with transaction.atomic():
+            if begins:
+                QUERIES.rows("snapshot")
+            after = ""
+            while True:
+                page = self.page(campaign_id=campaign_id, after=after, size=size)
+                if page:
+                    yield page
+                if len(page) < size:
+                    return
+                after = page[-1].email_lower

@@ -1,5 +1,11 @@
 -- Reads of growth_sends as a ledger: who got what, per campaign.
 
+-- snapshot --
+-- An export's first statement: every page after it reads the database as it was then, so a
+-- settle that commits mid-export shows whole or not at all (each page its own statement saw
+-- one of two rows a settle moved together).
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
 -- campaign_page --
 -- One page of a campaign's rows, after the address ``after`` (a keyset: '' for the first page),
 -- in address order. It walks the unique (campaign_id, email_lower) index send_unique_address and
