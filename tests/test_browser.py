@@ -12,9 +12,11 @@ import re
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from growth.models import Campaign, Send, Subscriber, Suppression
+from growth.operations.campaigns import approve_campaign
 from growth.sending.unsubscribe import make_token
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
 from tests.scenarios import member, operator, sending_campaign
@@ -118,6 +120,25 @@ def test_the_campaign_page_shows_progress_and_a_preview(page):
     frame = page.frame_locator("iframe.growth-preview__html")
     expect(frame.locator("h1")).to_have_text("Spring")
     shot(page, "admin-campaign-change")
+
+
+def test_an_operator_is_told_which_template_tags_a_campaign_may_use(page):
+    """A draft may hold anything while it is written; its page's preview says what cannot be
+    sent, and approval refuses it."""
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="Acme")
+    campaign = CampaignFactory(account=account, name="Spring sale", body_text="Hello {{ email }}")
+    operator(account, username="olga")
+    log_in(page, reverse("admin:login"), "olga")
+    page.goto(reverse("admin:growth_campaign_change", args=[campaign.pk]))
+    page.fill("#id_body_text", '{% for c in "0123456789" %}{{ c }}{% endfor %} {{ email }}')
+    page.get_by_role("button", name="Save and continue editing").click()
+    expect(page.get_by_text("Invalid block tag on line 1: 'for'")).to_be_visible()
+    expect(page.get_by_text("Campaign templates allow the tags if, filter,")).to_be_visible()
+    shot(page, "admin-campaign-template-refused")
+    with pytest.raises(ValidationError, match="Campaign templates allow"):
+        approve_campaign(campaign_id=campaign.pk, send_now=True)
 
 
 def test_a_tenant_adds_finds_and_removes_a_suppression(page):
@@ -254,6 +275,30 @@ def test_a_tenant_user_cannot_reach_another_tenants_pages(page):
         assert "secret@globex.example" not in page.content()
         assert "Globex" not in page.content()
     assert Suppression.objects.filter(pk=secret.pk).exists()
+
+
+def test_a_guesser_at_the_tenant_login_is_shown_why_it_may_not_sign_in(page, settings):
+    from playwright.sync_api import expect
+
+    settings.AXES_FAILURE_LIMIT = 3
+    member(AccountFactory(name="Acme"), username="tina")
+    login = reverse("growth:tenant:login")
+    for _ in range(2):
+        page.goto(login)
+        page.fill("#id_username", "tina")
+        page.fill("#id_password", "guess")
+        page.get_by_role("button", name=re.compile("Log in", re.I)).click()
+        expect(page.get_by_text("didn't match")).to_be_visible()
+    page.fill("#id_username", "tina")
+    page.fill("#id_password", "guess")
+    with page.expect_response(lambda r: r.url.endswith(login)) as answer:
+        page.get_by_role("button", name=re.compile("Log in", re.I)).click()
+    assert answer.value.status == 429
+    expect(page.get_by_role("heading", name="Too many attempts")).to_be_visible()
+    expect(page.get_by_text("After 3 failed sign-ins to this account from your address")).to_be_visible()
+    shot(page, "tenant-login-locked-out")
+    log_in(page, login, "tina")  # the right password, from the same address: still refused
+    expect(page.get_by_role("heading", name="Too many attempts")).to_be_visible()
 
 
 def test_the_tenant_pages_fit_a_phone(browser, live_server):
