@@ -105,8 +105,8 @@ class Collector:
             self._count("not in doubt", self.not_in_doubt, key.subscriber_id)
         else:
             sighting = self.sightings.setdefault(key.subscriber_id, Sighting())
-            if handle:
-                sighting.handles[handle] = QUEUED if queued else SEEN
+            if handle:  # an acceptance already seen under it stands
+                sighting.handles.setdefault(handle, QUEUED if queued else SEEN)
             self.add(sighting, line)
             return sighting
         return None
