@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from django.conf import settings
 from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest, HttpResponse
@@ -58,12 +60,15 @@ def _decodes_text(name: str) -> bool:
     return True
 
 
-def client_address(request: HttpRequest) -> str:
+def client_address(request: HttpRequest) -> str | None:
     """The client's address as the outermost trusted proxy saw it: each of TRUSTED_PROXY_COUNT
     proxies appends the address it was reached from to X-Forwarded-For, so entries further left
-    are whatever the client chose to send."""
+    are whatever the client chose to send. None when that is no IP address (a proxy that sent
+    something else, gunicorn on a Unix socket): the throttle's table stores an inet."""
     trusted = settings.TRUSTED_PROXY_COUNT
     hops = [hop.strip() for hop in request.headers.get("X-Forwarded-For", "").split(",")]
-    if trusted and len(hops) >= trusted and hops[-trusted]:
-        return hops[-trusted]
-    return request.META.get("REMOTE_ADDR", "")
+    address = hops[-trusted] if trusted and len(hops) >= trusted else request.META.get("REMOTE_ADDR", "")
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return None

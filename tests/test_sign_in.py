@@ -82,3 +82,17 @@ def test_behind_a_trusted_proxy_the_address_it_saw_is_the_clients(client, tenant
     assert sign_in(client, url, username, "pw", X_Forwarded_For="192.0.2.7").status_code == 429
     # All of them came through the proxy (one REMOTE_ADDR), yet another client is not locked out.
     assert sign_in(client, url, username, "pw", X_Forwarded_For="192.0.2.8").status_code == 302
+
+
+@pytest.mark.parametrize(("trusted", "address", "forwarded"), [
+    (1, "10.0.0.1", "not-an-address"), (1, "10.0.0.1", ""), (0, "", ""), (0, "unix:/run/g.sock", ""),
+])
+def test_a_client_address_that_is_no_ip_address_is_a_failed_sign_in_not_a_500(
+        client, tenant, settings, trusted, address, forwarded):
+    """The throttle stores the address in an inet column: a header a misconfigured proxy sent,
+    or gunicorn on a Unix socket (no REMOTE_ADDR), was a DataError."""
+    settings.TRUSTED_PROXY_COUNT = trusted
+    url, username = reverse(LOGIN_PAGES["tenant"]), member(tenant).username
+    headers = {"X_Forwarded_For": forwarded} if forwarded else {}
+    assert sign_in(client, url, username, "wrong", address=address, **headers).status_code == 200
+    assert sign_in(client, url, username, "pw", address=address, **headers).status_code == 302
