@@ -74,11 +74,13 @@ def import_suppressions(*, account_id: int, addresses: AddressList,
 
 def _mailable(addresses: AddressList) -> AddressList:
     """The list with the addresses no message can be sent to moved among the invalid ones."""
-    unmailable = [e for e in addresses.entries if needs_smtputf8(e.address.email)]
+    mailable, unmailable = [], []
+    for entry in addresses.entries:
+        (unmailable if needs_smtputf8(entry.address.email) else mailable).append(entry)
     if not unmailable:
         return addresses
     return AddressList(
-        entries=[e for e in addresses.entries if not needs_smtputf8(e.address.email)],
+        entries=mailable,
         repeats=addresses.repeats,
         invalid=sorted([*addresses.invalid, *(Invalid(e.line, e.address.email, SMTPUTF8_REFUSAL)
                                               for e in unmailable)], key=lambda i: i.line))
