@@ -388,3 +388,49 @@ def test_a_claim_starts_after_the_workers_last_batch_and_goes_back_for_rows_queu
     assert claim_ids() == ids[5:10]  # after the hand, although an earlier row is due
     assert claim_ids() == [ids[1], ids[10], ids[11]]  # the rest, then back to the front for it
     assert claim_ids() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_good_answers_raise_throttled_buckets_in_the_order_a_take_locks_them():
+    """A take holds a tenant's destination buckets, locked in id order, until its claim commits;
+    the raise after good answers takes them in the same order, so the two queue, not deadlock.
+    (In the order its scan met them, the raise held the later bucket while it waited for the
+    first, which the take held while it waited for the later: PostgreSQL aborted one of them.)"""
+    from django.db import connection, transaction
+
+    first, later = (limit(name, per_second=10, burst=10, throttled_to=1.0, throttled_from=10.0)
+                    for name in ("google", "microsoft"))
+    # the later bucket's row ahead of the first's in the table: the scan's order is not the id's
+    RateLimit.objects.filter(id=first.id).update(throttled_to=2.0)
+    RateLimit.objects.filter(id__in=[first.id, later.id]).update(
+        adjusted_at=timezone.now() - dt.timedelta(seconds=10))
+    take_holds_first, raise_waits = threading.Event(), threading.Event()
+    raiser_pid: list[int] = []
+
+    def take(_: int) -> None:  # a take's lock order: the first bucket, then the later one
+        with transaction.atomic():
+            RateLimit.objects.select_for_update().filter(id=first.id).get()
+            take_holds_first.set()
+            assert raise_waits.wait(10)
+            RateLimit.objects.select_for_update().filter(id=later.id).get()
+
+    def raise_rates(_: int) -> list[int]:
+        assert take_holds_first.wait(10)
+        connection.ensure_connection()
+        raiser_pid.append(connection.connection.info.backend_pid)
+        return RateLimit.objects.recover(destination_ids=[first.destination_id,
+                                                          later.destination_id],
+                                         transport="x", policy=POLICY)
+
+    def watch(_: int) -> None:  # tells the take once the raise is waiting for a lock
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not raise_waits.is_set():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid = ANY(%s)",
+                               [raiser_pid])
+                if cursor.fetchone()[0]:
+                    raise_waits.set()
+            time.sleep(0.02)
+
+    results = concurrently(3, lambda i: (take, raise_rates, watch)[i](i))
+    assert sorted(results[1]) == sorted([first.id, later.id])

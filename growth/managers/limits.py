@@ -103,9 +103,12 @@ class RateLimitManager(models.Manager):
                 policy: ThrottlePolicy) -> list[int]:
         """Good answers: raise the throttled buckets of these destinations and of the
         transport (once per period); return the ids of those raised."""
-        return QUERIES.column("recover", destination_ids=list(destination_ids),
-                              transport=transport, recovery=policy.recovery, probe=PROBE,
-                              every=policy.every, ceiling=RATE_CEILING)
+        which = {"destination_ids": list(destination_ids), "transport": transport}
+        _, raised = QUERIES.together(("lock_recovering", which),
+                                     ("recover", which | {"recovery": policy.recovery,
+                                                          "probe": PROBE, "every": policy.every,
+                                                          "ceiling": RATE_CEILING}))
+        return [row["rate_limit_id"] for row in raised]
 
     def destination_rate(self, destination_id: int, *, seconds: int = 5) -> float:
         """Messages a second all workers delivered to the destination lately."""

@@ -193,6 +193,18 @@ INSERT INTO growth_rate_limit_changes (rate_limit_id, per_second, reason)
 SELECT id, throttled_to, %(reason)s FROM changed
 RETURNING rate_limit_id, per_second;
 
+-- lock_recovering --
+-- recover's first statement, in the same string: the buckets it may raise, locked in id order
+-- as a take locks them. In the order its scan met them, it held one that a take wanted while
+-- waiting for one that take held, and PostgreSQL aborted one of the two.
+SELECT id
+  FROM growth_rate_limits r
+ WHERE r.throttled_to IS NOT NULL
+   AND (r.destination_id = ANY(%(destination_ids)s::int[])
+        OR (r.transport = %(transport)s AND r.account_id IS NULL AND r.destination_id IS NULL))
+ ORDER BY id
+   FOR UPDATE;
+
 -- recover --
 -- Good answers from these destinations (or through this transport): each of their throttled
 -- buckets is raised once per `every` seconds. Below the rate the receiver was taking at the
