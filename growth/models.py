@@ -255,10 +255,14 @@ class Campaign(models.Model):
 
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="campaigns")
     name = models.CharField(max_length=200)
-    subject = models.CharField(max_length=998, blank=True,
-                               help_text="A Django template: {{ email }}, {{ unsubscribe_url }}…")
-    body_text = models.TextField(blank=True, help_text="A Django template (plain text).")
-    body_html = models.TextField(blank=True, help_text="Optional. A Django template (HTML).")
+    subject = models.CharField(
+        max_length=998, blank=True,
+        help_text="Django's template language without loops or includes: {{ email }}, "
+                  "{{ unsubscribe_url }}, {% if %}, text filters…")
+    body_text = models.TextField(blank=True,
+                                 help_text="Plain text, in the subject's template language.")
+    body_html = models.TextField(blank=True, help_text="Optional. HTML, in the subject's "
+                                                       "template language; values are escaped.")
     segments = models.ManyToManyField(Segment, blank=True, db_table="growth_campaigns_segments",
                                       help_text="None selected: every segment of the account.")
     status = models.CharField(max_length=16, choices=Status.choices, db_default=Status.DRAFT,
