@@ -92,7 +92,7 @@ class Pacer:
             claim, going = self._claim_paced_by(paced, campaign, grant.count, worker_id=worker_id,
                                                 lease=lease, hand_over=hand_over)
         # after the commit: holding the destinations' buckets, this worker waits for no other
-        # bucket (recover locks both kinds in one statement, in no set order)
+        # bucket (a take locks each kind in its own transaction)
         RateLimit.objects.give_back(buckets, count=grant.count - going)
         return claim
 
