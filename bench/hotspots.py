@@ -195,11 +195,12 @@ def _statements(batch_size: int) -> list[tuple[str, float, str]]:
                              "campaign_id": None, "hand_over": False})
         results.append(("claim", ms, plan))
         with connection.cursor() as cursor:
-            cursor.execute("SELECT id, attempts, campaign_id FROM growth_sends"
+            cursor.execute("SELECT id, attempts, campaign_id, lease_expires_at FROM growth_sends"
                            " WHERE status = 'sending' AND claimed_by = %s", [worker])
             held = cursor.fetchall()
         ids = [row[0] for row in held]
-        ms, plan = _explain(SEND_QUERIES["hand_over"], {"ids": ids, "worker_id": worker})
+        ms, plan = _explain(SEND_QUERIES["hand_over"], {
+            "ids": ids, "leased_until": [row[3] for row in held], "worker_id": worker})
         results.append(("hand_over", ms, plan))
         ms, plan = _explain(SEND_QUERIES["settle"], {
             "ids": ids, "attempts": [row[1] for row in held], "campaign_id": held[0][2],

@@ -62,7 +62,7 @@ def make_unknown(count: int) -> list[int]:
     """Claim, hand over and lose ``count`` queued rows to a dead worker with a plain receiver: the
     way rows really become unknown."""
     claimed = Send.objects.claim(worker_id="dead", batch_size=count, lease=60)
-    Send.objects.hand_over([row.id for row in claimed], worker_id="dead")
+    Send.objects.hand_over(claimed, worker_id="dead")
     Send.objects.filter(status="sending").update(
         lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
     recovered = Send.objects.recover_expired(idempotent=False, max_attempts=5)

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from growth.managers.leases import QUERIES as LEASE_QUERIES
 from growth.managers.queries import split_settings
-from growth.managers.sends import QUERIES, settle_params
+from growth.managers.sends import QUERIES, hand_over_params, settle_params
 from growth.models import Campaign, Send, SendLease, Subscriber, Suppression
 from growth.sending.transports import Outcome
 from tests.helpers import concurrently
@@ -230,9 +230,9 @@ def test_a_wire_statement_reads_its_rows_by_primary_key_whatever_else_is_on_the_
     Send.objects.claim(worker_id="others", batch_size=2500, lease=60, campaign_id=campaign.id)
     chunk = Send.objects.claim(worker_id="w", batch_size=5, lease=60, campaign_id=campaign.id)
     if statement == "hand_over":
-        params = {"ids": [row.id for row in chunk], "worker_id": "w"}
+        params = hand_over_params(chunk, worker_id="w")
     else:
-        Send.objects.hand_over([row.id for row in chunk], worker_id="w")
+        Send.objects.hand_over(chunk, worker_id="w")
         params = settle_params([Outcome(row.id, Outcome.SENT) for row in chunk],
                                 campaign_id=campaign.id, worker_id="w",
                                 attempts={row.id: row.attempts for row in chunk}, retry_for=60,
@@ -332,7 +332,7 @@ def test_release_reads_its_rows_by_primary_key_whatever_else_is_on_the_wire():
     mine = Send.objects.claim(worker_id="w", batch_size=5, lease=60, campaign_id=campaign.id)
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["release"],
-                       {"ids": [row.id for row in mine], "campaign_id": campaign.id,
-                        "worker_id": "w", "idempotent": True})
+                       {"campaign_id": campaign.id, "idempotent": True,
+                        **hand_over_params(mine, worker_id="w")})
         (plan,), = cursor.fetchall()
     assert _rows_read(plan[0]["Plan"], "growth_sends") <= 20  # 5 (twice), not 2,500 passed

@@ -101,12 +101,12 @@ def test_the_wires_hand_overs_and_settles_commit_in_one_transaction():
     attempts = {row.id: row.attempts for row in rows}
     policy = {"campaign_id": campaign.id, "worker_id": "w", "attempts": attempts, **POLICY}
     ids = [row.id for row in rows]
-    Send.objects.hand_over(ids[:2], worker_id="w")  # two wires' last chunks, on the wire
+    Send.objects.hand_over(rows[:2], worker_id="w")  # two wires' last chunks, on the wire
     requests = [
-        HandOver([], ids[2:4], policy),  # a first chunk, alone
-        HandOver([Outcome(ids[0], Outcome.SENT, provider_message_id="<a@x>")], ids[4:6], policy),
+        HandOver([], rows[2:4], policy),  # a first chunk, alone
+        HandOver([Outcome(ids[0], Outcome.SENT, provider_message_id="<a@x>")], rows[4:6], policy),
         HandOver([Outcome(ids[1], Outcome.PERMANENT, error="550 5.1.1 no such user")],
-                 ids[6:8], policy),
+                 rows[6:8], policy),
     ]
     commit = HeldFirst(Send.objects.settle_and_hand_over_many, behind=2)
     commit.hand_overs = HandOvers(commit)

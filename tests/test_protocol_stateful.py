@@ -44,7 +44,7 @@ from growth.models import (
 )
 from growth.operations.campaigns import approve_campaign
 from growth.sending.transports import BaseTransport, Outcome
-from growth.sending.worker import Worker
+from growth.sending.worker import Batch, Tally, Worker
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
 from tests.protocol_mutants import MUTANTS, mutated
 
@@ -504,9 +504,11 @@ class SendProtocol(RuleBasedStateMachine):
             if self.idempotent:
                 # The Worker's own method: what it does with the managers' answers decides what
                 # goes on the wire, so it is part of the protocol under test.
-                checked = self._worker(worker)._hand_over(ids)
+                batch = Batch(self.campaign_id, state.claimed, full=False,
+                              tally=Tally(self.campaign_id, len(ids), len(ids)))
+                checked = self._worker(worker)._hand_over(ids, batch=batch)
             else:  # a wire's first chunk: the hand-over alone (SendManager.hand_over)
-                checked = Send.objects.hand_over(ids, worker_id=worker)
+                checked = Send.objects.hand_over(state.claimed, worker_id=worker)
         self._checked(worker, checked)
 
     def _settle_and_hand_over(self, worker: str) -> None:
@@ -516,7 +518,7 @@ class SendProtocol(RuleBasedStateMachine):
         chunk = state.unsettled.pop(0)
         with self.p6_changes_only_rows_still_held(worker, {**chunk.attempts, **state.attempts}):
             settled, checked = Send.objects.settle_and_hand_over(
-                chunk.outcomes, [row.id for row in state.claimed], campaign_id=self.campaign_id,
+                chunk.outcomes, state.claimed, campaign_id=self.campaign_id,
                 worker_id=worker, attempts=chunk.attempts, **RETRY)
         note(f"{worker} settles {self._who({o.send_id: o.kind for o in chunk.outcomes})}: "
              f"{self._who(settled)}, with the next hand-over")

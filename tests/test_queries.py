@@ -173,12 +173,12 @@ def _chunks_on_a_wire(campaign, count: int) -> dict[int, str]:
     claimed = Send.objects.claim(worker_id="w", batch_size=count, lease=60)
     attempts = {row.id: row.attempts for row in claimed}
     ids = [row.id for row in claimed]
-    handed = Send.objects.hand_over(ids[:1], worker_id="w")
-    for previous, current in itertools.pairwise(ids):
+    handed = Send.objects.hand_over(claimed[:1], worker_id="w")
+    for previous, current in itertools.pairwise(claimed):
         settled, now_handed = Send.objects.settle_and_hand_over(
-            [Outcome(previous, Outcome.SENT)], [current], campaign_id=campaign.id,
+            [Outcome(previous.id, Outcome.SENT)], [current], campaign_id=campaign.id,
             worker_id="w", attempts=attempts, retry_for=60, backoff_base=1.0, backoff_max=1.0)
-        assert settled == {previous: "sent"}
+        assert settled == {previous.id: "sent"}
         handed |= now_handed
     Send.objects.settle([Outcome(ids[-1], Outcome.SENT)], campaign_id=campaign.id,
                         worker_id="w", attempts=attempts, retry_for=60, backoff_base=1.0,

@@ -33,9 +33,13 @@ def settle(outcomes, worker_id="w", attempts=None, campaign_id=None):
                                attempts=attempts, **POLICY)
 
 
+def hand_over(rows, *, worker_id: str) -> dict[int, str]:
+    return Send.objects.hand_over(rows, worker_id=worker_id)
+
+
 def claim_and_hand_over(worker_id="w", batch_size=1):
     claimed = Send.objects.claim(worker_id=worker_id, batch_size=batch_size, lease=60)
-    Send.objects.hand_over([row.id for row in claimed], worker_id=worker_id)
+    hand_over(claimed, worker_id=worker_id)
     return claimed
 
 
@@ -67,12 +71,12 @@ def test_a_whole_batch_settles_in_one_statement():
 def test_a_wire_settles_its_last_chunk_and_hands_over_its_next_in_one_round_trip():
     campaign = sending_campaign(count=3)
     a, b, c = Send.objects.claim(worker_id="w", batch_size=3, lease=60)
-    Send.objects.hand_over([a.id], worker_id="w")
+    hand_over([a], worker_id="w")
     Suppression.objects.suppress(account_id=campaign.account_id, email_lower=c.email.lower(),
                                  reason="unsubscribed")  # opted out since the claim
     with CaptureQueriesContext(connection) as queries:
         settled, handed = Send.objects.settle_and_hand_over(
-            [Outcome(a.id, Outcome.SENT, provider_message_id="<m1@x>")], [b.id, c.id],
+            [Outcome(a.id, Outcome.SENT, provider_message_id="<m1@x>")], [b, c],
             campaign_id=campaign.id, worker_id="w",
             attempts={row.id: row.attempts for row in (a, b, c)}, **POLICY)
     assert len(sent_statements(queries)) == 1
@@ -85,11 +89,11 @@ def test_a_wire_settles_its_last_chunk_and_hands_over_its_next_in_one_round_trip
 def test_the_settle_and_the_next_hand_over_commit_together_or_not_at_all():
     campaign = sending_campaign(count=1)
     (a,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60)
-    Send.objects.hand_over([a.id], worker_id="w")
+    hand_over([a], worker_id="w")
     with pytest.raises(Exception, match="invalid input syntax"):  # fails after the settle ran
         Send.objects.settle_and_hand_over(
-            [Outcome(a.id, Outcome.SENT)], ["not an id"], campaign_id=campaign.id, worker_id="w",
-            attempts={a.id: a.attempts}, **POLICY)
+            [Outcome(a.id, Outcome.SENT)], [a._replace(id="not an id")], campaign_id=campaign.id,
+            worker_id="w", attempts={a.id: a.attempts}, **POLICY)
     assert statuses(campaign) == {"sending": 1}  # the settle was rolled back with it
     assert settle([Outcome(a.id, Outcome.SENT)]) == {a.id: "sent"}
 
@@ -124,7 +128,7 @@ def test_the_first_attempt_is_when_the_message_first_went_on_the_wire():
     sending_campaign(count=1)
     (row,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60)
     assert Send.objects.get().first_attempt_at is None  # claimed, not yet handed over
-    Send.objects.hand_over([row.id], worker_id="w")
+    hand_over([row], worker_id="w")
     first = Send.objects.get().first_attempt_at
     settle([Outcome(row.id, Outcome.TRANSIENT, error="451 later")])
     Send.objects.update(next_attempt_at=None)
@@ -162,6 +166,24 @@ def test_a_throttle_past_the_retry_horizon_fails_the_row_and_a_permanent_answer_
 
 
 @pytest.mark.django_db
+def test_a_stale_claim_of_the_same_worker_cannot_hand_over_or_release_its_new_claims_rows():
+    """A row never handed over whose lease ran out is queued again with its attempt given back,
+    so the worker that held it may claim it again at the same attempt. The stale claim (a wire
+    that stalled past its lease) must not send it beside the new one: the lease names the claim."""
+    campaign = sending_campaign(count=1)
+    (first,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60)
+    expire_leases()
+    assert [r.status for r in Send.objects.recover_expired(idempotent=False, max_attempts=5)] == [
+        "queued"]
+    (second,) = Send.objects.claim(worker_id="w", batch_size=1, lease=60)
+    assert (first.id, first.attempts) == (second.id, second.attempts)
+    assert hand_over([first], worker_id="w") == {}
+    assert Send.objects.release([first], campaign_id=campaign.id, worker_id="w",
+                                idempotent=True) == []
+    assert hand_over([second], worker_id="w") == {second.id: "sending"}
+
+
+@pytest.mark.django_db
 def test_settle_leaves_rows_that_are_no_longer_ours_alone():
     sending_campaign(count=1)
     (row,) = claim_and_hand_over(worker_id="slow")
@@ -169,7 +191,7 @@ def test_settle_leaves_rows_that_are_no_longer_ours_alone():
     Send.objects.recover_expired(idempotent=True, max_attempts=5)
     (again,) = Send.objects.claim(worker_id="fast", batch_size=1, lease=60)
     assert again.job_id == row.job_id
-    assert Send.objects.hand_over([row.id], worker_id="slow") == {}  # slow must not send it
+    assert hand_over([row], worker_id="slow") == {}  # slow must not send it
     assert settle([Outcome(row.id, Outcome.PERMANENT, error="late")], worker_id="slow") == {}
     assert settle([Outcome(row.id, Outcome.SENT)], worker_id="fast") == {row.id: "sent"}
 
@@ -204,7 +226,7 @@ def test_expired_lease_with_a_plain_receiver_becomes_unknown_not_resent():
 def test_an_expired_row_never_handed_over_is_queued_again_in_any_mode(idempotent):
     campaign = sending_campaign(count=3)
     claimed = Send.objects.claim(worker_id="dead", batch_size=3, lease=60)
-    Send.objects.hand_over([claimed[0].id], worker_id="dead")  # died before the other two
+    hand_over([claimed[0]], worker_id="dead")  # died before the other two
     expire_leases()
     Send.objects.recover_expired(idempotent=idempotent, max_attempts=5)
     expected = {"queued": 3} if idempotent else {"unknown": 1, "queued": 2}
@@ -220,7 +242,7 @@ def test_an_opt_out_committed_after_the_claim_is_still_honoured_at_hand_over():
     Suppression.objects.suppress(account_id=campaign.account_id,
                                  email_lower=Send.objects.get(id=first.id).email_lower,
                                  reason="unsubscribed")
-    handed = Send.objects.hand_over([first.id, second.id], worker_id="w")
+    handed = hand_over([first, second], worker_id="w")
     assert handed == {first.id: "suppressed", second.id: "sending"}
     stopped = Send.objects.get(id=first.id)
     assert stopped.handed_over_at is None and stopped.attempts == 0
@@ -281,7 +303,7 @@ def test_rows_of_a_cancelled_campaign_are_never_recovered_to_queued(idempotent):
     campaign = sending_campaign(count=2)
     claimed = Send.objects.claim(worker_id="dead", batch_size=2, lease=60, hand_over=idempotent)
     if not idempotent:
-        Send.objects.hand_over([claimed[0].id], worker_id="dead")
+        hand_over([claimed[0]], worker_id="dead")
     cancel_campaign(campaign_id=campaign.id)
     expire_leases()
     Send.objects.recover_expired(idempotent=idempotent, max_attempts=5)
@@ -329,7 +351,7 @@ def test_a_hand_over_racing_a_recovery_leaves_the_recovered_row_alone():
     recoverer = threading.Thread(target=recover_but_wait_before_commit)
     recoverer.start()
     recovering.wait(10)
-    handed.update(Send.objects.hand_over([row.id], worker_id="slow"))
+    handed.update(hand_over([row], worker_id="slow"))
     recoverer.join()
     connection.close()
     assert handed == {}  # not ours any more: must not be sent

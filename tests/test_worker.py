@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import connection, connections
@@ -304,3 +305,38 @@ def test_run_sender_puts_its_start_up_objects_out_of_the_collectors_sight(monkey
     finally:
         gc.unfreeze()  # the test process's own objects go back to the collector
     assert frozen_when_the_loop_starts and frozen_when_the_loop_starts[0] > 10_000
+
+
+def test_a_wire_that_stalled_past_its_lease_does_not_send_rows_its_worker_claimed_again(
+        smtp_settings, settings):
+    """Plain receiver, row protocol, two connections. One wire stalls (rendering) past the lease
+    before handing its chunk over; the worker's own housekeeping recovers those rows (never
+    handed over: queued, their attempt given back) and its next claim takes them again, at the
+    same attempt, and the other wire sends them. The stalled wire's hand-over must find them no
+    longer its claim's: each message reaches the relay once."""
+    settings.SENDER_PROTOCOL = "rows"
+    settings.SENDER_IDEMPOTENT_TRANSPORT = False
+    settings.SENDER_HANDOFF_CHUNK = 5
+    settings.SENDER_BACKOFF_BASE, settings.SENDER_BACKOFF_MAX = 0.05, 0.2
+    smtp_settings.handler.delay = 0.25  # a relay answering in a quarter of a second
+    campaign = approved_campaign(count=10)
+    stalled = threading.Event()
+    last_chunk: list[int] = []
+
+    class StallingWorker(Worker):
+        def _render(self, renderer, rows):
+            if not stalled.is_set() and sorted(row.id for row in rows) == last_chunk:
+                stalled.set()
+                time.sleep(2.5)  # past the lease (1 s): recovered, then claimed again
+            return Worker._render(renderer, rows)
+
+    worker = StallingWorker(batch_size=10, tick=0.05, lease=1, until_idle=True, connections=2)
+    worker._start_due()
+    worker._build()
+    last_chunk.extend(sorted(Send.objects.filter(campaign=campaign)
+                             .values_list("id", flat=True))[-5:])
+    worker.run()
+    assert stalled.is_set()
+    assert set(smtp_settings.handler.keys().values()) == {1}
+    assert len(smtp_settings.handler.keys()) == 10
+    assert statuses(campaign) == {"sent": 10}

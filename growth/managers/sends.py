@@ -30,6 +30,9 @@ class Claimed(NamedTuple):
     status: str
     attempts: int
     destination_id: int | None  # its mailbox provider, for pacing
+    # the lease this claim gave it, which names the claim (none: suppressed, or the lease
+    # protocol's, whose lease has an id)
+    leased_until: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, object]) -> Claimed:
@@ -51,7 +54,7 @@ class HandOver:
     commit (none: its first chunk). ``policy``: ``settle``'s keywords, worker_id included."""
 
     outcomes: Sequence[Outcome]
-    hand_over: Sequence[int]
+    hand_over: Sequence[Claimed]  # as the claim returned them
     policy: Mapping[str, object]
 
 
@@ -183,13 +186,15 @@ class SendManager(models.Manager):
         return PacedClaim(sorted(claimed, key=lambda c: c.id), scanned=window["scanned"],
                           scanned_to=window["scanned_to"])
 
-    def hand_over(self, send_ids: Sequence[int], *, worker_id: str) -> dict[int, str]:
-        """Mark rows as going on the wire now; return {id: 'sending' (send it) | 'suppressed'}.
+    def hand_over(self, claimed: Sequence[Claimed], *, worker_id: str) -> dict[int, str]:
+        """Mark rows as going on the wire now, as the claim that returned them; return {id:
+        'sending' (send it) | 'suppressed'}.
 
-        Rows no longer ours are absent: they must not be sent. Its commit waits for the disk:
-        were it lost, a row that went out would look never handed over, and be sent again.
+        Rows no longer held by that claim are absent: they must not be sent. Its commit waits for
+        the disk: were it lost, a row that went out would look never handed over, and be sent
+        again.
         """
-        (rows,) = QUERIES.together(("hand_over", {"ids": list(send_ids), "worker_id": worker_id}))
+        (rows,) = QUERIES.together(("hand_over", hand_over_params(claimed, worker_id=worker_id)))
         return {row["id"]: row["status"] for row in rows}
 
     def blocked(self, send_ids: Sequence[int], *, campaign_id: int | None = None,
@@ -224,7 +229,7 @@ class SendManager(models.Manager):
             throttle_delay=throttle_delay)), wait_for_flush=False)
         return {row["id"]: row["status"] for row in rows}
 
-    def settle_and_hand_over(self, outcomes: Sequence[Outcome], hand_over: Sequence[int], *,
+    def settle_and_hand_over(self, outcomes: Sequence[Outcome], hand_over: Sequence[Claimed], *,
                              campaign_id: int, worker_id: str, attempts: Mapping[int, int],
                              retry_for: float, backoff_base: float, backoff_max: float,
                              throttle_delay: float = 1.0) -> tuple[dict[int, str], dict[int, str]]:
@@ -246,8 +251,8 @@ class SendManager(models.Manager):
         for request in requests:
             if request.outcomes:
                 calls.append(("settle", settle_params(request.outcomes, **request.policy)))
-            calls.append(("hand_over", {"ids": list(request.hand_over),
-                                        "worker_id": request.policy["worker_id"]}))
+            calls.append(("hand_over", hand_over_params(request.hand_over,
+                                                        worker_id=request.policy["worker_id"])))
         results = iter(QUERIES.together(*calls))
         answers = []
         for request in requests:
@@ -257,13 +262,13 @@ class SendManager(models.Manager):
                             {row["id"]: row["status"] for row in handed}))
         return answers
 
-    def release(self, send_ids: Sequence[int], *, campaign_id: int, worker_id: str,
+    def release(self, claimed: Sequence[Claimed], *, campaign_id: int, worker_id: str,
                 idempotent: bool) -> list[int]:
-        """Queue again, attempt not counted, the campaign's rows of ours that never went out;
-        return them. Rows handed over to a plain receiver stay to lease expiry: they may have
-        been sent."""
-        return QUERIES.column("release", ids=list(send_ids), campaign_id=campaign_id,
-                              worker_id=worker_id, idempotent=idempotent)
+        """Queue again, attempt not counted, the campaign's rows that ``worker_id``'s claim
+        returned and still holds, and that a resend cannot duplicate; return them. Rows handed
+        over to a plain receiver stay to lease expiry: they may have been sent."""
+        return QUERIES.column("release", campaign_id=campaign_id, idempotent=idempotent,
+                              **hand_over_params(claimed, worker_id=worker_id))
 
     def recover_expired(self, *, idempotent: bool, max_attempts: int) -> list[Recovered]:
         """Release rows whose lease expired; return what became of each."""
@@ -305,6 +310,15 @@ class SendManager(models.Manager):
         """Return the tenant's campaigns that have a row for this address, newest first."""
         rows = QUERIES.rows("history_of_address", account_id=account_id, email_lower=email_lower)
         return [AddressHistory.from_row(row) for row in rows]
+
+
+def hand_over_params(claimed: Sequence[Claimed], *, worker_id: str) -> dict[str, object]:
+    """A claim's rows as hand_over and release name them: by the worker, and the lease the
+    claim gave each."""
+    return {"ids": array_literal(row.id for row in claimed),
+            "leased_until": array_literal(row.leased_until and row.leased_until.isoformat()
+                                          for row in claimed),
+            "worker_id": worker_id}
 
 
 def settle_params(outcomes: Sequence[Outcome], *, campaign_id: int, worker_id: str,

@@ -221,8 +221,14 @@ WITH due AS (
        FOR UPDATE OF s SKIP LOCKED
 ), {{ _blocked_in_due }}
 {{ _lease_due }}
-RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, s.status, s.attempts,
-          s.destination_id;
+RETURNING {{ _claimed }};
+
+-- _claimed --
+-- What a claim returns of each row it took (growth.managers.sends.Claimed). leased_until, the
+-- lease this claim gave, names the claim: a row claimed again by the same worker, after a
+-- recovery gave back an attempt that never went out, has the same attempt but a later lease.
+s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, s.status, s.attempts, s.destination_id,
+s.lease_expires_at AS leased_until
 
 -- _of_the_campaign --
 -- Rows s of the sending campaign %(campaign_id)s, as a range of (campaign_id, id) (see claim).
@@ -246,8 +252,7 @@ WITH due AS (
        FOR UPDATE OF s SKIP LOCKED
 ), {{ _blocked_in_due }}
 {{ _lease_due }}
-RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, s.status, s.attempts,
-          s.destination_id;
+RETURNING {{ _claimed }};
 
 -- _blocked_in_due --
 -- The claim's second half, on the rows of `due` (locked): which of them an opt-out now blocks...
@@ -259,13 +264,15 @@ blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in a ha
 )
 
 -- _lease_due --
--- ... and the update: suppress those, lease the rest.
+-- ... and the update: suppress those, lease the rest. The lease runs from this statement, not
+-- from its transaction's start (a paced claim's began before its wait for the buckets' locks),
+-- and so names this claim even among several in one transaction (see _claimed).
 UPDATE growth_sends s
    SET status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
                                ELSE 'sending' END,
        attempts         = s.attempts + CASE WHEN s.id IN (SELECT id FROM blocked) THEN 0 ELSE 1 END,
        lease_expires_at = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL
-                               ELSE now() + make_interval(secs => %(lease)s) END,
+                               ELSE statement_timestamp() + make_interval(secs => %(lease)s) END,
        handed_over_at   = CASE WHEN %(hand_over)s AND s.id NOT IN (SELECT id FROM blocked)
                                THEN now() END,
        first_attempt_at = CASE WHEN %(hand_over)s AND s.id NOT IN (SELECT id FROM blocked)
@@ -324,8 +331,7 @@ WITH scanned AS (
     SELECT id FROM free UNION ALL SELECT id FROM shares
 ), {{ _blocked_in_due }}, claimed AS (
     {{ _lease_due }}
-    RETURNING s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id, s.status, s.attempts,
-              s.destination_id
+    RETURNING {{ _claimed }}
 )
 SELECT claimed.*, reach.scanned, reach.scanned_to
   FROM (SELECT count(*) AS scanned, coalesce(max(id), 0) AS scanned_to FROM scanned) reach
@@ -334,7 +340,11 @@ SELECT claimed.*, reach.scanned, reach.scanned_to
 -- hand_over --
 -- Mark rows as about to go on the wire, committed before the transport sees them, and check
 -- suppressions once more: an opt-out committed since the claim still stops the message here.
--- Only rows still ours are touched: one whose lease expired and was taken over is not sent by us.
+-- Only rows still held by this claim are touched (this worker, under the lease the claim gave
+-- each): one whose lease expired is not sent by us, even when this worker claimed it again
+-- since. Recovery gives back the attempt of a row never handed over, so neither the worker nor
+-- the attempt tells the two claims apart, and a wire that stalled past its lease sent its stale
+-- chunk beside the new claim's.
 WITH blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in a hash
     {{ blocked }}
 )
@@ -358,6 +368,8 @@ UPDATE growth_sends s
    -- wire to find these (2,500 rows passed for 5 in the plan test)
    AND s.status = 'sending' COLLATE "C"
    AND s.claimed_by = %(worker_id)s
+   AND (s.id, s.lease_expires_at) IN (SELECT * FROM unnest(%(ids)s::bigint[],
+                                                          %(leased_until)s::timestamptz[]))
 RETURNING s.id, s.status;
 
 -- _retried --
@@ -486,9 +498,9 @@ UPDATE growth_sends s
 RETURNING s.id, s.campaign_id, s.status;
 
 -- release --
--- Give back rows this worker claimed but will not send: its campaign cannot be sent as it is
--- (the engine paused it). Only rows that never went out: not handed over, or handed over to a
--- receiver that absorbs a resend. Their attempt does not count. The campaign row is locked first,
+-- Give back rows this claim holds (this worker, under the lease it gave) but will not send: its
+-- campaign cannot be sent as it is (the engine paused it). Only rows that never went out: not
+-- handed over, or handed over to a receiver that absorbs a resend. Their attempt does not count. The campaign row is locked first,
 -- as cancel locks it: a cancel committed meanwhile is seen, and its rows end cancelled, not queued.
 WITH campaign AS (
     SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE
@@ -502,6 +514,8 @@ UPDATE growth_sends s
    AND campaign_id = %(campaign_id)s
    AND status = 'sending' COLLATE "C"  -- as in hand_over: not send_leased's predicate
    AND claimed_by = %(worker_id)s
+   AND (id, lease_expires_at) IN (SELECT * FROM unnest(%(ids)s::bigint[],
+                                                      %(leased_until)s::timestamptz[]))
    AND (handed_over_at IS NULL OR %(idempotent)s)
 RETURNING id;
 

@@ -459,8 +459,9 @@ class Worker:
         answered = [*answered, *unrenderable]
         if not deliveries:
             return answered
-        ids = [d.send_id for d in deliveries]
-        handed = self._retrying_db(lambda: self._hand_over_chunk(batch, answered, ids),
+        rendered = {d.send_id for d in deliveries}
+        going = [row for row in rows if row.id in rendered]
+        handed = self._retrying_db(lambda: self._hand_over_chunk(batch, answered, going),
                                    deadline=time.monotonic() + self.lease)
         if handed is None:
             # no database for a whole lease: this chunk is unsent (queued again on expiry), the
@@ -601,7 +602,7 @@ class Worker:
             SendLease.objects.release(lease.id, campaign_id=batch.campaign_id,
                                       worker_id=self.worker_id, idempotent=self.idempotent)
         if not batch.leases:
-            Send.objects.release([row.id for row in batch.rows], campaign_id=batch.campaign_id,
+            Send.objects.release(batch.rows, campaign_id=batch.campaign_id,
                                  worker_id=self.worker_id, idempotent=self.idempotent)
 
     def _finish(self) -> None:
@@ -687,20 +688,21 @@ class Worker:
                              len(deliveries))
         return outcomes
 
-    def _hand_over(self, ids: Sequence[int], *, batch: Batch | None = None) -> dict[int, str]:
+    def _hand_over(self, ids: Sequence[int], *, batch: Batch) -> dict[int, str]:
         """Idempotent receiver, before a batch goes out: return {send id: 'sending' (send it) |
         'suppressed'} for the rows still ours (a plain receiver's chunks: ``_hand_over_chunk``).
         Handed over by the claim already, the rows only need a look at the opt-outs, and that
         look is a read (none, on leases, while the tenant's opt-outs have not moved since the
         claim's look); the rare blocked row goes through the hand-over to be suppressed (in a
         lease, its settle writes it so)."""
-        if batch is not None and batch.leases:
+        if batch.leases:
             blocked = Send.objects.blocked(ids, campaign_id=batch.campaign_id,
                                            seen=batch.leases[0].opt_outs)
             batch.withheld.update(blocked)
             return {i: Send.Status.SUPPRESSED if i in blocked else Send.Status.SENDING for i in ids}
-        blocked = Send.objects.blocked(ids)
-        handed = Send.objects.hand_over(blocked, worker_id=self.worker_id) if blocked else {}
+        blocked = set(Send.objects.blocked(ids))
+        handed = (Send.objects.hand_over([row for row in batch.rows if row.id in blocked],
+                                         worker_id=self.worker_id) if blocked else {})
         # A blocked row is never sent by us: suppressed if still ours, else (recovered, taken
         # over) left to its new holder, whose own check will see the opt-out.
         return {i: handed.get(i, Send.Status.SENDING) for i in ids
@@ -746,12 +748,12 @@ class Worker:
         return handed
 
     def _hand_over_chunk(self, batch: Batch, answered: Sequence[Outcome],
-                         ids: Sequence[int]) -> dict[int, str]:
+                         rows: Sequence[Claimed]) -> dict[int, str]:
         """Plain receiver: hand over a wire's next chunk, settling its last one (``answered``)
         in the same commit, which the other wires' waiting hand-overs share
         (``growth.sending.hand_overs``); return the hand-over's {send id: 'sending' |
         'suppressed'}."""
-        request = HandOver(answered, ids, self._settle_policy(batch))
+        request = HandOver(answered, rows, self._settle_policy(batch))
         settled, handed = self._commit_hand_over(
             request, Send.objects.settle_and_hand_over_many, self._hand_overs,
             settles=bool(answered))
