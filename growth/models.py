@@ -464,6 +464,11 @@ class Send(models.Model):
                          condition=Q(next_attempt_at__isnull=False)),
             models.Index("campaign", "destination_id", "next_attempt_at",
                          name="send_due_by_destination", condition=Q(next_attempt_at__isnull=False)),
+            # queued again though its message may have arrived (handed over before its worker
+            # was lost): the few rows a cancel makes 'unknown', counted for its confirmation
+            # without walking the campaign's queued rows
+            models.Index("campaign", name="send_queued_in_doubt",
+                         condition=Q(status="queued", handed_over_at__isnull=False)),
             # Not declared here, as their predicates call growth_hard_refusal(): the reputation
             # figures' partial indexes send_hard_refused (migration 0016), send_bounced_unsent
             # and send_complained_unsent (0018), see growth/managers/reputation.sql.

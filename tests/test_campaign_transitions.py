@@ -41,7 +41,7 @@ def test_pause_resume_and_cancel_have_exactly_one_winner():
         assert sum(concurrently(RACERS, lambda i, c=cid: Campaign.objects.pause(campaign_id=c))) == 1
         assert sum(concurrently(RACERS, lambda i, c=cid: Campaign.objects.resume(campaign_id=c))) == 1
         dropped = concurrently(RACERS, lambda i, c=cid: Campaign.objects.cancel(campaign_id=c))
-        assert [d for d in dropped if d is not None] == [3]
+        assert [d.dropped for d in dropped if d is not None] == [3]
         assert statuses(campaign) == {"cancelled": 3}
 
 
@@ -131,7 +131,7 @@ def test_finish_waits_for_the_build_and_for_rows_in_flight():
 def test_cancel_keeps_rows_already_on_the_wire():
     campaign = sending_campaign(count=4)
     Send.objects.claim(worker_id="w", batch_size=1, lease=60)
-    assert cancel_campaign(campaign_id=campaign.id) == 3
+    assert cancel_campaign(campaign_id=campaign.id).dropped == 3
     assert statuses(campaign) == {"cancelled": 3, "sending": 1}
 
 
@@ -140,5 +140,5 @@ def test_a_cancel_from_an_expected_status_is_a_compare_and_set_on_it():
     campaign = sending_campaign(count=3)
     assert Campaign.objects.cancel(campaign_id=campaign.id, expected="draft") is None
     assert Campaign.objects.get(pk=campaign.pk).status == "sending"
-    assert Campaign.objects.cancel(campaign_id=campaign.id, expected="sending") == 3
+    assert Campaign.objects.cancel(campaign_id=campaign.id, expected="sending").dropped == 3
     assert Campaign.objects.get(pk=campaign.pk).status == "cancelled"

@@ -20,6 +20,7 @@ from growth.models import Campaign, Send, Subscriber, Suppression
 from growth.operations.campaigns import (
     TransitionRefused,
     approve_campaign,
+    cancel_campaign,
     pause_campaign,
     resume_campaign,
 )
@@ -330,6 +331,44 @@ def test_an_unknown_row_a_follow_up_took_is_never_retried_in_the_original():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+def test_a_cancel_keeps_the_doubt_of_a_row_queued_again_after_a_lost_worker(protocol):
+    """Idempotent receiver: a handed-over row whose worker was lost waits to be retried under the
+    same key. A cancel ends that retry; written 'cancelled', the row read as never reached, and a
+    follow-up mailed it under the follow-up's own key. It becomes 'unknown' instead (the cancel's
+    confirmation page counts it), and the follow-up takes only the row nobody had."""
+    from growth.admin.transitions import TRANSITIONS, effect
+    from growth.models import SendLease
+
+    original = sending_campaign(count=2, leases=protocol == "leases")
+    lost, untouched = Send.objects.filter(campaign=original).order_by("id")
+    if protocol == "rows":
+        claimed = Send.objects.claim(worker_id="dead", batch_size=1, lease=60, hand_over=True)
+        assert [c.id for c in claimed] == [lost.id]
+        Send.objects.filter(id=lost.id).update(
+            lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+        assert [r.status for r in Send.objects.recover_expired(idempotent=True,
+                                                               max_attempts=5)] == ["queued"]
+    else:
+        (lease,) = SendLease.objects.claim(worker_id="dead", campaign_id=original.id,
+                                           batch_size=1, lease=60, hand_over=True)
+        assert [r.id for r in lease.rows] == [lost.id]
+        SendLease.objects.filter(id=lease.id).update(
+            expires_at=timezone.now() - timezone.timedelta(seconds=1))
+        assert SendLease.objects.recover(idempotent=True, max_attempts=5).freed == 1
+    assert "(1 handed over before their worker was lost may have it" in effect(
+        TRANSITIONS["cancel"], original)
+    cancelled = cancel_campaign(campaign_id=original.id)
+    assert (cancelled.dropped, cancelled.in_doubt) == (1, 1)
+    assert str(cancelled) == "1 queued recipients dropped; 1 in doubt, now unknown"
+    assert Send.objects.get(id=lost.id).status == "unknown"
+    assert resend_audience(original).takeable == {"cancelled": 1, "in_doubt": 1}
+    follow_up = create_follow_up(campaign_id=original.id)
+    assert build(follow_up) == 1
+    assert addresses(follow_up) == {untouched.email_lower}
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("include_in_doubt", [False, True])
 def test_a_row_queued_again_after_a_lost_worker_is_in_doubt(include_in_doubt):
     """Idempotent receiver: a handed-over row whose lease ran out is queued again, to be retried
@@ -356,3 +395,37 @@ def test_a_row_queued_again_after_a_lost_worker_is_in_doubt(include_in_doubt):
         expected.add(lost.email_lower)
     assert build(follow_up) == len(expected)
     assert addresses(follow_up) == expected
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+def test_a_message_sent_before_the_transport_raised_is_not_sent_again_by_a_follow_up(
+        smtp_settings, settings, protocol):
+    """Idempotent receiver: a transport that raises part-way through a batch may have delivered
+    some of it. The engine pauses the campaign and gives the rows back, to be sent again under
+    their keys; they are in doubt meanwhile, and a follow-up of the paused campaign must not take
+    them as never reached (its own key is another)."""
+    from collections import Counter
+
+    from growth.sending.transports.django_mail import DjangoMailTransport
+    from growth.sending.worker import Worker
+    from tests.scenarios import approved_campaign, run_worker
+
+    class OneThenRaise(DjangoMailTransport):
+        def send_bulk(self, deliveries):
+            super().send_bulk(deliveries[:1])
+            raise RuntimeError("the provider's client library broke")
+
+    settings.SENDER_PROTOCOL = protocol
+    settings.SENDER_IDEMPOTENT_TRANSPORT = True
+    original = approved_campaign(count=4)
+    Worker(batch_size=4, tick=0.05, until_idle=True, transport=OneThenRaise(),
+           connections=1).run()
+    original.refresh_from_db()
+    assert original.status == "paused"
+    assert len(smtp_settings.handler.accepted) == 1
+    assert resend_audience(original).takeable == {"in_doubt": 4}
+    follow_up = create_follow_up(campaign_id=original.id)
+    assert build(follow_up) == 0
+    run_worker()
+    assert set(Counter(a.recipient.lower() for a in smtp_settings.handler.accepted).values()) == {1}

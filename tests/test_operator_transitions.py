@@ -162,7 +162,8 @@ def test_a_cancel_racing_a_retry_cancels_the_requeued_rows_too():
     assert held.wait(timeout=10)
     dropped: list[int | None] = []
     canceller = threading.Thread(target=lambda: (
-        dropped.append(Campaign.objects.cancel(campaign_id=campaign.id)), connections.close_all()))
+        dropped.append(Campaign.objects.cancel(campaign_id=campaign.id).dropped),
+        connections.close_all()))
     canceller.start()
     canceller.join(timeout=0.5)
     assert canceller.is_alive()  # waiting for the retry's lock on the campaign

@@ -118,7 +118,7 @@ def test_pause_resume_and_cancel_are_noticed_with_the_figures(caplog):
     assert Campaign.objects.resume(campaign_id=campaign.id)
     console.sending([campaign.id])
     assert lines(caplog)[-1] == f"campaign {campaign.id} “Spring news” resumed: 6 to go"
-    assert Campaign.objects.cancel(campaign_id=campaign.id) == 6
+    assert Campaign.objects.cancel(campaign_id=campaign.id).dropped == 6
     console.sending([])
     assert re.fullmatch(rf"campaign {campaign.id} “Spring news” cancelled: 10 recipients: 4 sent, "
                         r"0 failed, 0 suppressed, 0 unknown, 6 cancelled; took \d+s, .+ sent/s on "

@@ -18,6 +18,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 
+from growth.managers.campaigns import Cancelled
 from growth.models import Campaign
 from growth.operations.campaigns import (
     TransitionRefused,
@@ -102,9 +103,12 @@ def effect(transition: Transition, campaign: Campaign) -> str:
         return f"The worker goes on with its {queued:,} queued recipients ({sent:,} are sent)."
     if campaign.recipients_built_at is None:
         return f"Nobody will get it: it would have gone to {_audience(campaign)}."
-    return (f"{queued:,} queued recipients will never get it (cancelled); {on_wire:,} on the wire "
-            f"now finish; {sent:,} already sent stay sent. This cannot be undone (a follow-up "
-            "campaign can resend to the rest later).")
+    in_doubt = Campaign.objects.queued_in_doubt(campaign_id=campaign.id)
+    doubt = (f" ({in_doubt:,} handed over before their worker was lost may have it: they "
+             "become unknown, for you to settle)" if in_doubt else "")
+    return (f"{queued:,} queued recipients will never get it (cancelled){doubt}; {on_wire:,} on "
+            f"the wire now finish; {sent:,} already sent stay sent. This cannot be undone (a "
+            "follow-up campaign can resend to the rest later).")
 
 
 def _n(count: int, noun: str, plural: str = "") -> str:
@@ -228,7 +232,7 @@ class TransitionAdminMixin:
             except ValidationError as exc:
                 refusals.append(f"“{campaign}”: {' '.join(exc.messages)}")
                 continue
-            dropped = f" ({outcome:,} queued recipients dropped)" if isinstance(outcome, int) else ""
+            dropped = f" ({outcome})" if isinstance(outcome, Cancelled) else ""
             self.log_change(request, campaign, f"{transition.done.capitalize()}{dropped}.")
             moved.append(f"“{campaign}”{dropped}")
         if moved:

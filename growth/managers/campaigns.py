@@ -19,6 +19,18 @@ class Outlook:
 
 
 @dataclass(frozen=True, slots=True)
+class Cancelled:
+    """What a cancel made of the campaign's queued rows."""
+
+    dropped: int  # cancelled: they will never get it
+    in_doubt: int  # 'unknown': handed over before their worker was lost, so they may have it
+
+    def __str__(self) -> str:
+        doubt = f"; {self.in_doubt:,} in doubt, now unknown" if self.in_doubt else ""
+        return f"{self.dropped:,} queued recipients dropped{doubt}"
+
+
+@dataclass(frozen=True, slots=True)
 class Sending(FromRow):
     campaign_id: int
     account_id: int
@@ -81,14 +93,19 @@ class CampaignManager(models.Manager):
     def resume(self, *, campaign_id: int) -> bool:
         return bool(QUERIES.rows("resume", campaign_id=campaign_id))
 
-    def cancel(self, *, campaign_id: int, expected: str | None = None) -> int | None:
-        """Cancel (``expected``: only from that status); return how many queued rows were
-        dropped, or None if not cancellable."""
+    def cancel(self, *, campaign_id: int, expected: str | None = None) -> Cancelled | None:
+        """Cancel (``expected``: only from that status); return what became of its queued rows,
+        or None if not cancellable."""
         with transaction.atomic():
             QUERIES.rows("lock_campaign", campaign_id=campaign_id)
             QUERIES.rows("lock_cursor", campaign_id=campaign_id)
             cancelled = QUERIES.one("cancel", campaign_id=campaign_id, expected=expected)
-        return cancelled["dropped"] if cancelled else None
+        return Cancelled(cancelled["dropped"], cancelled["in_doubt"]) if cancelled else None
+
+    def queued_in_doubt(self, *, campaign_id: int) -> int:
+        """The campaign's queued rows whose message may have arrived, which a cancel would make
+        'unknown' (see cancel in campaigns.sql)."""
+        return QUERIES.one("queued_in_doubt", campaign_id=campaign_id)["rows"]
 
     def finish(self) -> list[int]:
         """Move every sending campaign with nothing left to do to sent; return their ids."""

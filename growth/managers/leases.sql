@@ -214,6 +214,9 @@ WITH campaign AS MATERIALIZED (
            next_attempt_at = CASE WHEN c.status <> 'cancelled'
                                        AND (e.handed_over_at IS NULL OR %(idempotent)s)
                                   THEN now() END,
+           -- handed over, a row is in doubt queued again too (sends._in_doubt): no follow-up
+           -- takes it as never reached (a transport that raised part-way through may have sent it)
+           handed_over_at = coalesce(e.handed_over_at, s.handed_over_at),
            claimed_by = 'lease ' || %(lease_id)s,
            last_error = 'no outcome recorded for this attempt', updated_at = now()
       FROM ended e, campaign c

@@ -499,17 +499,20 @@ RETURNING s.id, s.campaign_id, s.status;
 
 -- release --
 -- Give back rows this claim holds (this worker, under the lease it gave) but will not send: its
--- campaign cannot be sent as it is (the engine paused it). Only rows that never went out: not
--- handed over, or handed over to a receiver that absorbs a resend. Their attempt does not count. The campaign row is locked first,
--- as cancel locks it: a cancel committed meanwhile is seen, and its rows end cancelled, not queued.
+-- campaign cannot be sent as it is (the engine paused it). Only rows a resend cannot duplicate:
+-- not handed over, or handed over to a receiver that absorbs a resend. Their attempt does not
+-- count. A row handed over keeps the time it was: queued again, it is in doubt (_in_doubt)
+-- until it is sent again under its key, and no follow-up takes it as never reached (a transport
+-- that raised part-way through a batch may have delivered some of it). The campaign row is
+-- locked first, as cancel locks it: a cancel committed meanwhile is seen, and its rows end
+-- cancelled, not queued.
 WITH campaign AS (
     SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE
 )
 UPDATE growth_sends s
    SET status = CASE WHEN (SELECT status FROM campaign) = 'cancelled' THEN 'cancelled'
                      ELSE 'queued' END,
-       attempts = attempts - 1, lease_expires_at = NULL, handed_over_at = NULL,
-       claimed_by = '', updated_at = now()
+       attempts = attempts - 1, lease_expires_at = NULL, claimed_by = '', updated_at = now()
  WHERE id = ANY(%(ids)s)
    AND campaign_id = %(campaign_id)s
    AND status = 'sending' COLLATE "C"  -- as in hand_over: not send_leased's predicate

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django.core.exceptions import ValidationError
 
+from growth.managers.campaigns import Cancelled
 from growth.models import Campaign
 from growth.sending.rendering import check_content
 
@@ -63,13 +64,13 @@ def resume_campaign(*, campaign_id: int) -> None:
         raise TransitionRefused(_moved(_get(campaign_id), "resumed", expected="paused"))
 
 
-def cancel_campaign(*, campaign_id: int, expected: str | None = None) -> int:
-    """Cancel (``expected``: only from that status); return how many queued recipients were
-    dropped."""
-    dropped = Campaign.objects.cancel(campaign_id=campaign_id, expected=expected)
-    if dropped is None:
+def cancel_campaign(*, campaign_id: int, expected: str | None = None) -> Cancelled:
+    """Cancel (``expected``: only from that status); return what became of its queued
+    recipients."""
+    cancelled = Campaign.objects.cancel(campaign_id=campaign_id, expected=expected)
+    if cancelled is None:
         raise TransitionRefused(_moved(_get(campaign_id), "cancelled"))
-    return dropped
+    return cancelled
 
 
 def _get(campaign_id: int) -> Campaign:
