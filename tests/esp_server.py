@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +22,10 @@ class Request:
 class FakeESP:
     requests: list[Request] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)  # scripted answers, then 200/201
+    # scripted misbehaviour of the next requests, after the message was taken: "stall" (the
+    # answer comes after stall_for seconds), "garbled" (a success whose body is not JSON)
+    misbehaviour: list[str] = field(default_factory=list)
+    stall_for: float = 2.0
     ids_by_key: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> FakeESP:
@@ -37,12 +42,17 @@ class FakeESP:
                 key = self.headers.get("Idempotency-Key") or body.get("headers", {}).get(
                     "idempotencyKey")
                 message_id = esp.ids_by_key.setdefault(key or str(uuid.uuid4()), str(uuid.uuid4()))
+                misbehaving = esp.misbehaviour.pop(0) if esp.misbehaviour else None
+                if misbehaving == "stall":
+                    time.sleep(esp.stall_for)
+                if misbehaving == "garbled":
+                    return self._answer(200, None, body=b"<html>200 OK</html>")
                 if self.path.endswith("smtp/email"):
                     return self._answer(201, {"messageId": f"<{message_id}@smtp-relay.test>"})
                 return self._answer(200, {"id": message_id})
 
-            def _answer(self, status, payload, headers=None):
-                data = json.dumps(payload).encode()
+            def _answer(self, status, payload, headers=None, body=None):
+                data = body if body is not None else json.dumps(payload).encode()
                 self.send_response(status)
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)

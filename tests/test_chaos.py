@@ -39,7 +39,9 @@ def test_a_campaign_survives_kills_a_database_restart_bad_smtp_and_opt_outs(tmp_
     if idempotent:
         assert report.unknown == 0
     else:
-        assert report.unknown <= report.kills * CONNECTIONS * HANDOFF_CHUNK
+        # the chunks on the wires at each kill, and each answer the receiver dropped after a
+        # message's end (it may have kept the message: nobody can know)
+        assert report.unknown <= report.kills * CONNECTIONS * HANDOFF_CHUNK + report.drops
     assert (tmp_path / f"chaos-{config.mode}.png").stat().st_size > 10_000
     assert (tmp_path / f"received-{config.mode}.jsonl").read_text().count("\n") >= report.accepted
 

@@ -66,6 +66,24 @@ def test_provider_errors_map_onto_retry_or_failure(esp, status, kind):
     assert send(RESEND, delivery())[0].kind == kind
 
 
+@pytest.mark.parametrize("misbehaviour", ["stall", "garbled"])
+def test_an_answer_lost_after_the_provider_took_the_request_leaves_the_message_in_doubt(
+        esp, settings, misbehaviour):
+    """The request went out whole and its answer timed out, or came as a success that cannot be
+    read: the provider may have taken the message. A plain receiver must not get it again."""
+    settings.ANYMAIL = {**settings.ANYMAIL, "REQUESTS_TIMEOUT": 0.5}
+    esp.misbehaviour, esp.stall_for = [misbehaviour], 1.5
+    (outcome,) = send(RESEND, delivery())
+    assert outcome.kind == Outcome.IN_DOUBT
+    assert len(esp.requests) == 1
+
+
+def test_a_provider_that_cannot_be_reached_is_a_transient_failure(settings):
+    settings.ANYMAIL = {"RESEND_API_KEY": "re_test", "RESEND_API_URL": "http://127.0.0.1:9/"}
+    (outcome,) = send(RESEND, delivery())
+    assert outcome.kind == Outcome.TRANSIENT
+
+
 def test_an_esps_429_slows_the_whole_transport_after_its_retry_after(esp):
     esp.statuses = [429]
     (outcome,) = send(RESEND, delivery())

@@ -11,25 +11,29 @@ from __future__ import annotations
 import smtplib
 import socket
 import threading
+import time
 from collections import deque
 
 import pytest
 
 from growth.sending.mime import OutgoingEmail
-from growth.sending.transports import Delivery
+from growth.sending.transports import Delivery, Outcome
 from growth.sending.transports.django_mail import DjangoMailTransport
+from growth.sending.transports.errors import MessageInDoubt, classify_failure, describe
 from growth.sending.transports.pipelining import sendmail
 from tests.test_transports import refuse
 
 MESSAGE = b"Subject: hi\r\n\r\nline one\r\n.a line that starts with a dot\r\nend\r\n"
 TIMEOUT = 5.0
+CLIENT_GAVE_UP = 0.5  # seconds a client waits for the reply to a message's end (STALL)
 
 
 class ScriptedRelay:
     """One connection's SMTP server on loopback, in a thread: replies scripted per command verb
     (``MAIL``, ``RCPT``, ``DATA``, ``CONTENT``: the reply after the message), each a queue
-    used up in order and then 250 (354 for DATA). With ``pipelining`` it advertises it and
-    holds its replies until the group ends (DATA, RSET, QUIT or NOOP)."""
+    used up in order and then 250 (354 for DATA); HANGUP closes the connection instead of
+    answering, STALL answers nothing for longer than the client waits. With ``pipelining`` it
+    advertises it and holds its replies until the group ends (DATA, RSET, QUIT or NOOP)."""
 
     def __init__(self, *, pipelining: bool, replies: dict[str, list[str]] | None = None,
                  eightbitmime: bool = False) -> None:
@@ -99,6 +103,8 @@ class ScriptedRelay:
             pending.append(self._reply(verb) if verb in ("MAIL", "RCPT", "DATA") else "250 OK")
             if self.pipelining and verb in ("MAIL", "RCPT"):
                 continue  # the group goes on: nothing is answered before its end
+            if "HANGUP" in pending:
+                return
             conn.sendall("".join(f"{reply}\r\n" for reply in pending).encode())
             data_reply, pending = pending[-1], []
             if verb == "QUIT":
@@ -111,7 +117,12 @@ class ScriptedRelay:
                     buffer += chunk
                 content, buffer = (b"\r\n" + buffer).split(b"\r\n.\r\n", 1)
                 self.contents.append(content[2:])
-                conn.sendall(f"{self._reply('CONTENT')}\r\n".encode())
+                reply = self._reply("CONTENT")
+                if reply == "STALL":
+                    time.sleep(CLIENT_GAVE_UP + 0.5)
+                if reply in ("HANGUP", "STALL"):
+                    return
+                conn.sendall(f"{reply}\r\n".encode())
 
 
 def send_and_quit(relay: ScriptedRelay, *recipients: str, data: bytes = MESSAGE):
@@ -280,3 +291,32 @@ def test_a_refused_sender_is_retried_either_way(relay):
         outcomes = transport.send_bulk(outgoing("a@example.com", "b@example.com"))
     assert [(o.kind, o.error) for o in outcomes] == [
         ("transient", "553 5.7.1 Sender not allowed here")] * 2
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+@pytest.mark.parametrize("lost", ["HANGUP", "STALL"])
+def test_no_reply_after_the_messages_end_leaves_it_in_doubt(pipelining, lost):
+    """The relay had the whole message, final dot included, and its answer never came (the
+    connection closed, or the reply timed out): it may have accepted it (RFC 1047). Not a
+    transient failure, whose retry a plain receiver would take as a second message."""
+    relay = ScriptedRelay(pipelining=pipelining, replies={"CONTENT": [lost]})
+    client = relay.client()
+    client.sock.settimeout(CLIENT_GAVE_UP)
+    with pytest.raises(MessageInDoubt) as doubt:
+        sendmail(client, "news@tenant.example", ["a@example.com"], MESSAGE)
+    relay.join()
+    assert len(relay.contents) == 1
+    assert client.sock is None  # closed: the next message needs a new connection
+    assert classify_failure(doubt.value).kind == Outcome.IN_DOUBT
+    assert "no reply after the message's end" in describe(doubt.value)
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+def test_a_connection_lost_before_the_content_is_a_transient_failure(pipelining):
+    relay = ScriptedRelay(pipelining=pipelining, replies={"DATA": ["HANGUP"]})
+    client = relay.client()
+    with pytest.raises(smtplib.SMTPServerDisconnected) as lost:
+        sendmail(client, "news@tenant.example", ["a@example.com"], MESSAGE)
+    relay.join()
+    assert relay.contents == []
+    assert classify_failure(lost.value).kind == Outcome.TRANSIENT

@@ -340,3 +340,39 @@ def test_a_wire_that_stalled_past_its_lease_does_not_send_rows_its_worker_claime
     assert set(smtp_settings.handler.keys().values()) == {1}
     assert len(smtp_settings.handler.keys()) == 10
     assert statuses(campaign) == {"sent": 10}
+
+
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_message_whose_answer_was_lost_after_its_end_is_unknown_to_a_plain_receiver(
+        smtp_settings, settings, protocol, idempotent):
+    """The relay took person1's message whole and the connection dropped before its answer: it
+    may have been accepted. To a plain relay it is not sent again: its row is 'unknown', for an
+    operator. A relay that de-duplicates gets it again under the same key."""
+    settings.SENDER_PROTOCOL = protocol
+    settings.SENDER_IDEMPOTENT_TRANSPORT = idempotent
+    settings.SENDER_BACKOFF_BASE, settings.SENDER_BACKOFF_MAX = 0.05, 0.2
+    handler = smtp_settings.handler
+    dropped: list[str] = []
+    answer = type(handler).handle_DATA
+
+    async def drop_once(server, session, envelope):
+        if not dropped and "person1@example.com" in [r.lower() for r in envelope.rcpt_tos]:
+            dropped.append(envelope.rcpt_tos[0])
+            server.transport.abort()  # after the final dot, before the answer
+            return "421 4.4.2 gone"
+        return await answer(handler, server, session, envelope)
+
+    handler.handle_DATA = drop_once
+    campaign = approved_campaign(count=3)
+    run_worker(connections=1)
+    row = Send.objects.get(campaign=campaign, email_lower="person1@example.com")
+    assert dropped
+    if idempotent:
+        assert (row.status, row.attempts) == ("sent", 2)
+        assert statuses(campaign) == {"sent": 3}
+    else:
+        assert row.status == "unknown"
+        assert "no reply after the message's end" in row.last_error
+        assert statuses(campaign) == {"sent": 2, "unknown": 1}
+        assert handler.keys()[row.job_id] == 0  # this relay had not kept it: nobody can know

@@ -392,9 +392,12 @@ unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
 -- due again when the receiver said (Retry-After) or after throttle_delay: the paced rate, not
 -- its backoff, decides when it goes; anything else retried waits an exponential backoff with
 -- +-10 per cent jitter, capped. 'suppressed': the lease protocol's claim found the row blocked.
+-- 'in_doubt': the whole message went out and no answer came, to a plain receiver (the worker
+-- settles one that de-duplicates as transient): nobody knows whether it arrived.
 status = CASE
     WHEN r.outcome = 'sent' THEN 'sent'
     WHEN r.outcome = 'suppressed' THEN 'suppressed'
+    WHEN r.outcome = 'in_doubt' THEN 'unknown'
     WHEN {{ _retried }} THEN 'queued'
     WHEN r.outcome IN ('transient', 'throttled') AND c.status = 'cancelled' THEN 'cancelled'
     ELSE 'failed' END,

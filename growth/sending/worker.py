@@ -45,7 +45,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -686,6 +686,9 @@ class Worker:
         each = (time.perf_counter() - started) / len(deliveries)
         metrics.observe_each(metrics.TRANSPORT_SECONDS.labels(transport.label), each,
                              len(deliveries))
+        if self.idempotent:  # a message that may have arrived goes again under its key
+            outcomes = [replace(o, kind=Outcome.TRANSIENT) if o.kind == Outcome.IN_DOUBT else o
+                        for o in outcomes]
         return outcomes
 
     def _hand_over(self, ids: Sequence[int], *, batch: Batch) -> dict[int, str]:

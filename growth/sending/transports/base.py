@@ -28,6 +28,11 @@ class Outcome:
     TRANSIENT = "transient"  # worth retrying later, with the same key
     PERMANENT = "permanent"  # will never work: the row fails
     THROTTLED = "throttled"  # "slow down": not delivered; again later, no attempt counted
+    # the whole message went out and no answer came (the connection dropped, or timed out,
+    # after the SMTP content's final dot or once an API request was sent): it may have arrived.
+    # For a receiver that de-duplicates it is retried with the same key, as a transient failure;
+    # for a plain one the row becomes 'unknown' for an operator (RFC 1047's duplicate problem)
+    IN_DOUBT = "in_doubt"
 
     # whom a throttle concerns: the recipient's mailbox provider, or our whole account with
     # the relay or ESP (an API's 429, SES's "Maximum sending rate exceeded")

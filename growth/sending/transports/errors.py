@@ -10,6 +10,10 @@ as its code, enhanced status and text ("550 5.1.1 No such user"), anything else 
 "ExceptionName: message"; bounded either way. The hard-bounce rule
 (``growth.feedback.bounces.smtp_hard_bounce``) reads the reply's leading codes.
 
+A failure after the whole message went out with no answer (the connection dropped or timed out
+after the content's final dot, an API request that timed out reading its answer) is in doubt:
+the receiver may have accepted it (``MessageInDoubt``, ``Outcome.IN_DOUBT``).
+
 A transient answer that says "slow down" is a throttle, not a failure of the row: Gmail's
 "421 4.7.28 ... unusual rate", Yahoo's "421 4.7.0 [TSS04] Messages temporarily deferred",
 Microsoft's "451 4.7.500 Server busy", "450 4.2.1 ... receiving mail at a rate ...", SES's
@@ -28,10 +32,11 @@ from django.core.mail import BadHeaderError
 
 from growth.sending.transports.base import Outcome
 
-try:  # django-anymail is optional at import time
+try:  # django-anymail (and requests, which it brings) are optional at import time
+    import requests
     from anymail import exceptions as anymail_errors
 except ImportError:  # pragma: no cover
-    anymail_errors = None
+    anymail_errors = requests = None
 
 MAX_ERROR = 500  # characters of a failure kept on the row
 _ENHANCED = re.compile(r"[245]\.\d{1,3}\.\d{1,3}(?=\s|$)")
@@ -49,9 +54,14 @@ _ACCOUNT_LIMIT_TEXT = re.compile(r"maximum sending rate|sending quota|throttling
                                  r"|account.{0,20}(rate|limit)", re.IGNORECASE)
 
 
+class MessageInDoubt(Exception):
+    """The whole message was sent and no answer came: it may have been accepted. Raised by the
+    transport where it knows the message went out whole (``pipelining.sendmail``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
-    kind: str  # Outcome.TRANSIENT, Outcome.PERMANENT or Outcome.THROTTLED
+    kind: str  # Outcome.TRANSIENT, PERMANENT, THROTTLED or IN_DOUBT
     error: str
     reconnect: bool = False  # the connection is no longer usable
     throttle_scope: str = ""  # for THROTTLED: Outcome.DESTINATION or Outcome.TRANSPORT
@@ -65,6 +75,8 @@ class Failure:
 def classify_failure(exc: BaseException) -> Failure:
     """Return what a send failure means for the row."""
     error = describe(exc)
+    if isinstance(exc, MessageInDoubt):
+        return Failure(Outcome.IN_DOUBT, error, reconnect=True)
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         replies = list(exc.recipients.values())
         codes = [code for code, _ in replies]
@@ -166,12 +178,16 @@ def _retry_after(exc) -> float | None:
 
 
 def _anymail(exc, error: str) -> Failure:
-    if getattr(exc, "status_code", None) == 429:  # the ESP's limit on our account
+    status = getattr(exc, "status_code", None)
+    # the request went out and its answer did not come, or came as a success we cannot read
+    if (requests is not None and isinstance(exc, requests.exceptions.ReadTimeout)) or (
+            status is not None and 200 <= status < 300):
+        return Failure(Outcome.IN_DOUBT, error)
+    if status == 429:  # the ESP's limit on our account
         return _throttled(error, retry_after=_retry_after(exc), scope=Outcome.TRANSPORT)
     if isinstance(exc, anymail_errors.AnymailRecipientsRefused | anymail_errors.AnymailInvalidAddress
                   | anymail_errors.AnymailUnsupportedFeature):
         return Failure(Outcome.PERMANENT, error)
-    status = getattr(exc, "status_code", None)
     if status is not None and 400 <= status < 500 and status not in (408, 409, 425, 429):
         return Failure(Outcome.PERMANENT, error)
     return Failure(Outcome.TRANSIENT, error)
