@@ -202,16 +202,18 @@ SELECT EXISTS (SELECT 1
                  FROM growth_campaigns
                 WHERE status = 'sending'
                    OR (status = 'approved' AND scheduled_for <= now())) AS busy,
-       greatest(0, extract(epoch FROM (
-           SELECT min(t)
-             FROM (SELECT min(scheduled_for) FROM growth_campaigns WHERE status = 'approved'
-                   UNION ALL
-                   SELECT min(next_attempt_at) FROM growth_sends
-                    WHERE status = 'queued' AND next_attempt_at IS NOT NULL
-                   UNION ALL
-                   SELECT min(lease_expires_at) FROM growth_sends WHERE status = 'sending'
-                  ) AS waiting(t)
-       ) - now()))::float AS next_in;
+       -- none waiting: no row, so NULL (greatest() skips a NULL: "nothing" read as "due now",
+       -- and an idle worker looked again every 50 ms instead of sleeping its tick)
+       (SELECT greatest(0, extract(epoch FROM first - now()))::float
+          FROM (SELECT min(t) AS first
+                  FROM (SELECT min(scheduled_for) FROM growth_campaigns WHERE status = 'approved'
+                        UNION ALL
+                        SELECT min(next_attempt_at) FROM growth_sends
+                         WHERE status = 'queued' AND next_attempt_at IS NOT NULL
+                        UNION ALL
+                        SELECT min(lease_expires_at) FROM growth_sends WHERE status = 'sending'
+                       ) AS waiting(t)) AS earliest
+         WHERE first IS NOT NULL) AS next_in;
 
 -- progress --
 -- rows per status for the given campaigns, from their tallies (tallies.sql): a few rows a

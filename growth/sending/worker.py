@@ -64,6 +64,7 @@ from growth.observability import metrics
 from growth.reputation.guard import GuardSchedule
 from growth.sending.console import Console
 from growth.sending.hand_overs import HandOvers
+from growth.sending.heartbeat import Heartbeat
 from growth.sending.pacer import Pacer
 from growth.sending.rendering import CampaignContent, CampaignRenderer
 from growth.sending.settler import InlineSettler, Settler
@@ -220,6 +221,11 @@ class Worker:
         self._pipelined = False  # run(): claim the next batch while the wires finish this one
         self._heartbeat_file = heartbeat_file
         self._beat_at = -HEARTBEAT_EVERY
+        self._beat_lock = threading.Lock()
+        # beats while the loop waits or sends; stale once the loop has not come round in a tick
+        # (idle) or a lease (a batch that long has lost its rows anyway)
+        self._heartbeat = Heartbeat(self._beat, every=HEARTBEAT_EVERY,
+                                    stale_after=max(self.tick, self.lease) + HEARTBEAT_EVERY)
         self._console = Console(worker_id=self.worker_id)
         self._guard = GuardSchedule()  # pauses a tenant whose bounces or complaints cross the line
 
@@ -233,9 +239,11 @@ class Worker:
                               connections=self.connections)
         self._settler = Settler() if self.idempotent else InlineSettler()
         self._pipelined = True
+        self._heartbeat.start()
         try:
             self._loop()  # the transport connects on first use: a mail server down now is transient
         finally:
+            self._heartbeat.came_round()  # the last batch landing below is a turn of its own
             self._pipelined = False
             self._retrying_db(lambda: self._land(block=True),
                               deadline=time.monotonic() + self.lease)
@@ -247,6 +255,7 @@ class Worker:
             for hand_overs in (self._hand_overs, self._lease_hand_overs):
                 if hand_overs is not None:
                     hand_overs.close()
+            self._heartbeat.stop()
             self._retrying_db(lambda: WorkerHeartbeat.objects.stopped(worker_id=self.worker_id),
                               deadline=time.monotonic() + DB_RETRY_FIRST,
                               lost="the heartbeat is left to go stale")
@@ -255,6 +264,7 @@ class Worker:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._heartbeat.came_round()
             self._retrying_db(self._beat)
             more_waiting = self._retrying_db(self.cycle, default=False)
             self._retrying_db(self._console.progress)
@@ -270,6 +280,7 @@ class Worker:
             self._console.outlook(busy=outlook.busy, wait=wait, stopping=stopping)
             if stopping:
                 return
+            self._heartbeat.came_round()
             self._stop.wait(wait)
 
     def cycle(self) -> bool:
@@ -615,16 +626,17 @@ class Worker:
     def _beat(self) -> None:
         """Say this worker is alive: a row in the database (the admin's workers page), the
         metrics' gauge and, when asked, a file's mtime (for a container's probe)."""
-        now = time.monotonic()
-        if now - self._beat_at < HEARTBEAT_EVERY:
-            return
-        WorkerHeartbeat.objects.beat(worker_id=self.worker_id, hostname=socket.gethostname(),
-                                     pid=os.getpid(), batch_size=self.batch_size,
-                                     receiver="idempotent" if self.idempotent else "plain")
-        self._beat_at = now
-        metrics.LAST_BEAT.set_to_current_time()
-        if self._heartbeat_file is not None:
-            self._heartbeat_file.touch()
+        with self._beat_lock:  # from the loop and from the heartbeat's thread
+            now = time.monotonic()
+            if now - self._beat_at < HEARTBEAT_EVERY:
+                return
+            WorkerHeartbeat.objects.beat(worker_id=self.worker_id, hostname=socket.gethostname(),
+                                         pid=os.getpid(), batch_size=self.batch_size,
+                                         receiver="idempotent" if self.idempotent else "plain")
+            self._beat_at = now
+            metrics.LAST_BEAT.set_to_current_time()
+            if self._heartbeat_file is not None:
+                self._heartbeat_file.touch()
 
     def _housekeeping_due(self) -> bool:
         """Starting, building and recovering are about campaigns and leases, not batches: while
