@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import pytest
+from django.test import Client
 
 from growth.models import Suppression
 from growth.sending.unsubscribe import make_token
@@ -71,6 +72,24 @@ def test_healthz_needs_no_database_and_readyz_follows_it(tmp_path):
     finally:
         site.stop()
         proxy.close()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+@pytest.mark.parametrize("host", ["10.1.2.3:8000", "growth.example.com"])
+def test_a_probe_at_the_process_itself_is_answered_under_production_settings(settings, path,
+                                                                              host):
+    """A kubelet or a load balancer's check addresses the process by its IP, over plain HTTP,
+    without the proxy's X-Forwarded-Proto: neither the host check (a 400) nor the redirect to
+    https (a 301) may keep the target from becoming healthy. Anything else still gets both."""
+    settings.DEBUG = False
+    settings.ALLOWED_HOSTS = ["growth.example.com"]
+    settings.SECURE_SSL_REDIRECT = True
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    assert Client().get(path, HTTP_HOST=host).json() == {"status": "ok"}
+    assert Client().post(path, HTTP_HOST=host).status_code == 405
+    expected = 400 if host.startswith("10.") else 301
+    assert Client().get("/admin/login/", HTTP_HOST=host).status_code == expected
 
 
 def test_readyz_says_when_migrations_are_missing(client, monkeypatch):

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "growth.observability.health.ProbeMiddleware",  # before the host and https checks
     "django.middleware.security.SecurityMiddleware",
     "growth.request_guards.TextCharsetMiddleware",  # before anything reads a body
     "growth.request_guards.AdminNulMiddleware",
