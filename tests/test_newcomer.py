@@ -107,6 +107,20 @@ def report(*args) -> str:
     return out.getvalue()
 
 
+@pytest.mark.django_db
+def test_the_report_shows_a_campaigns_name_on_one_line_without_controls():
+    """A name typed with ESC sequences (which the operator's terminal would act on) and a line
+    break (a forged figure below the heading) is printed as one line of text."""
+    from tests.scenarios import sending_campaign
+
+    forged = "Spring\x1b]0;owned\x07\x1b[2J\n    sent (accepted by the mail server)    1,000,000"
+    campaign = sending_campaign(count=3, name=forged)
+    text = report(str(campaign.id))
+    assert "\x1b" not in text and "\x07" not in text
+    assert not any("1,000,000" in line for line in text.splitlines()[1:])  # no forged figure
+    assert text.splitlines()[0].startswith(f"Campaign {campaign.id} “Spring ]0;owned [2J sent")
+
+
 def figures(text: str) -> dict[str, dict[str, int]]:
     """{section heading: {label: figure}}, checking on the way that every "=" line is what the
     lines above it in its section add up to (plain and "+" lines add, "-" lines subtract)."""

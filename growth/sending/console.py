@@ -264,11 +264,17 @@ def _counts(campaign_ids: list[int]) -> dict[int, Counts]:
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def on_one_line(text: object, limit: int | None = None) -> str:
+    """Text someone else typed (a campaign's name, a DNS record) as an operator's terminal may
+    show it: on one line (a line break could forge a line of a report), without a control
+    character such as ESC, which the terminal would act on; cut at ``limit`` characters."""
+    text = " ".join(_CONTROLS.sub(" ", str(text)).split())
+    return text if limit is None or len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _name(facts: dict | None) -> str:
-    """The campaign's name on one line (a name is typed by a tenant: no line breaks in logs, and
-    no control character, such as ESC, that the operator's terminal would act on)."""
-    name = " ".join(_CONTROLS.sub(" ", str(facts["name"])).split()) if facts else "?"
-    return name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN - 1] + "…"
+    """The campaign's name on one line."""
+    return on_one_line(facts["name"], NAME_SHOWN) if facts else "?"
 
 
 def _rate(per_second: float) -> str:

@@ -10,6 +10,7 @@ from django.db.models import Count, Exists, OuterRef, Q
 
 from growth.job_ids import parse_job_id
 from growth.models import Campaign, Send, Subscriber, Suppression
+from growth.sending.console import on_one_line
 
 LABEL = 58  # characters of a line's label
 
@@ -41,11 +42,12 @@ class Command(BaseCommand):
             raise CommandError("No such campaign.")
         counts = Campaign.objects.progress([campaign.id]).get(campaign.id, {})
         recipients = sum(counts.values())
-        self.stdout.write(f"Campaign {campaign.id} “{campaign.name}” for {campaign.account}: "
-                          f"{campaign.status}")
+        self.stdout.write(f"Campaign {campaign.id} “{on_one_line(campaign.name)}” for "
+                          f"{on_one_line(campaign.account)}: {campaign.status}")
         if campaign.resend_of_id:
             self._line(f"recipients, taken from campaign {campaign.resend_of_id} "
-                       f"“{campaign.resend_of.name}” (a follow-up)", recipients, indent=2)
+                       f"“{on_one_line(campaign.resend_of.name)}” (a follow-up)", recipients,
+                       indent=2)
         else:
             self._audience(campaign, recipients)
         self.stdout.write("\nRecipients by outcome (one row, one message, per address)")

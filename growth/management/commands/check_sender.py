@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from growth.deliverability import readiness
 from growth.models import Account
 from growth.reputation import guard
+from growth.sending.console import on_one_line
 
 WIDTH = 12  # the status column
 
@@ -33,8 +34,8 @@ class Command(BaseCommand):
         result = readiness.check_account(
             tenant, resolver=readiness.default_resolver(timeout=timeout, budget=max(30.0, 6 * timeout)),
             probe_timeout=timeout)
-        self.stdout.write(f"Sender readiness of “{tenant.name}” ({tenant.slug}), "
-                          f"From {result.from_email}")
+        self.stdout.write(f"Sender readiness of “{on_one_line(tenant.name)}” ({tenant.slug}), "
+                          f"From {on_one_line(result.from_email)}")
         for check in result.checks:
             self._check(check)
         self._reputation(tenant.pk)
@@ -52,10 +53,12 @@ class Command(BaseCommand):
             status = self.style.WARNING(status)
         else:
             status = self.style.SUCCESS(status)
-        self.stdout.write(f"  {status}{check.name} {check.subject}: {check.summary}")
+        # a DNS record's text is anyone's: on one line, without controls
+        self.stdout.write(f"  {status}{check.name} {on_one_line(check.subject)}: "
+                          f"{on_one_line(check.summary)}")
         indent = " " * (WIDTH + 4)
         for line in check.details:
-            self.stdout.write(f"{indent}{line}")
+            self.stdout.write(f"{indent}{on_one_line(line)}")
         if check.publish:
             self.stdout.write(f"{indent}publish: {check.publish}")
 
