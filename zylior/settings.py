@@ -12,6 +12,7 @@ ANYMAIL_WEBHOOK_SECRET  user:password the ESPs' feedback webhooks must send (com
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -24,6 +25,32 @@ DATA_DIR = BASE_DIR / ".data"
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env")
+
+
+def env_number(name: str, default: float, *, positive: bool = True) -> float:
+    """A number from the environment as it was typed (django-environ's env.float keeps only
+    digits, ',', '.' and '-': SENDER_LEASE=1e3 was read as 13 seconds, and "5m" as 5), refused,
+    naming the variable, unless finite and above 0 (``positive``) or at least 0."""
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ImproperlyConfigured(f"{name}={raw!r}: it must be a number "
+                                   f"{'above 0' if positive else 'of at least 0'}")
+    return value
+
+
+def env_count(name: str, default: int) -> int:
+    """A whole number of at least 1 from the environment, refused otherwise, naming the variable
+    (SENDER_CONNECTIONS=0 was a traceback in the worker's wires)."""
+    value = env.int(name, default=default)
+    if value < 1:
+        raise ImproperlyConfigured(f"{name}={value}: it must be at least 1")
+    return value
 
 DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="insecure-dev-key-change-me-in-production-0123456789")
@@ -145,32 +172,33 @@ SENDER_IDEMPOTENT_TRANSPORT = env.bool("SENDER_IDEMPOTENT_TRANSPORT", default=No
 # SENDER_RETRY_FOR after the row's first attempt (an MTA's queue lifetime), then 'failed'; a
 # throttling answer is retried without an attempt counted. SENDER_MAX_ATTEMPTS bounds only rows
 # whose worker keeps dying with them on the wire (lease expiry, idempotent receiver).
-SENDER_RETRY_FOR = env.float("SENDER_RETRY_FOR_HOURS", default=48.0) * 3600  # seconds
-SENDER_MAX_ATTEMPTS = env.int("SENDER_MAX_ATTEMPTS", default=5)
-SENDER_BACKOFF_BASE = env.float("SENDER_BACKOFF_BASE", default=30.0)  # seconds; doubles per attempt
-SENDER_BACKOFF_MAX = env.float("SENDER_BACKOFF_MAX", default=3600.0)  # seconds
-SENDER_LEASE = env.float("SENDER_LEASE", default=300.0)  # seconds a claimed row is ours
-SENDER_RATE_LIMIT = env.float("SENDER_RATE_LIMIT", default=0.0)  # messages/s for the transport; 0: none
-SENDER_RATE_BURST = env.float("SENDER_RATE_BURST", default=20.0)  # messages
+SENDER_RETRY_FOR = env_number("SENDER_RETRY_FOR_HOURS", default=48.0) * 3600  # seconds
+SENDER_MAX_ATTEMPTS = env_count("SENDER_MAX_ATTEMPTS", default=5)
+SENDER_BACKOFF_BASE = env_number("SENDER_BACKOFF_BASE", default=30.0)  # seconds; doubles per attempt
+SENDER_BACKOFF_MAX = env_number("SENDER_BACKOFF_MAX", default=3600.0)  # seconds
+SENDER_LEASE = env_number("SENDER_LEASE", default=300.0)  # seconds a claimed row is ours
+# messages/s for the transport; 0: none
+SENDER_RATE_LIMIT = env_number("SENDER_RATE_LIMIT", default=0.0, positive=False)
+SENDER_RATE_BURST = env_number("SENDER_RATE_BURST", default=20.0)  # messages
 # Adaptive throttling (growth.managers.limits): a receiver's "slow down" multiplies the rate of
 # the bucket it concerns by SENDER_THROTTLE_DECREASE (at most once per SENDER_THROTTLE_EVERY
 # seconds, never below SENDER_THROTTLE_FLOOR messages/s); each such period of good answers adds
 # back SENDER_THROTTLE_RECOVERY of the rate it was lowered from.
-SENDER_THROTTLE_DECREASE = env.float("SENDER_THROTTLE_DECREASE", default=0.8)
-SENDER_THROTTLE_EVERY = env.float("SENDER_THROTTLE_EVERY", default=1.0)  # seconds
-SENDER_THROTTLE_FLOOR = env.float("SENDER_THROTTLE_FLOOR", default=0.2)  # messages/s
-SENDER_THROTTLE_RECOVERY = env.float("SENDER_THROTTLE_RECOVERY", default=0.05)
+SENDER_THROTTLE_DECREASE = env_number("SENDER_THROTTLE_DECREASE", default=0.8)
+SENDER_THROTTLE_EVERY = env_number("SENDER_THROTTLE_EVERY", default=1.0)  # seconds
+SENDER_THROTTLE_FLOOR = env_number("SENDER_THROTTLE_FLOOR", default=0.2)  # messages/s
+SENDER_THROTTLE_RECOVERY = env_number("SENDER_THROTTLE_RECOVERY", default=0.05)
 # Destinations (growth.audience.destinations): recipient domains are grouped by mailbox
 # provider through their MX records. DESTINATIONS_DNS: "system" (resolv.conf), "off" (the static
 # table of big consumer domains only), or nameservers as host[:port],...
 DESTINATIONS_DNS = env.str("DESTINATIONS_DNS", default="system")
-DESTINATIONS_DNS_TIMEOUT = env.float("DESTINATIONS_DNS_TIMEOUT", default=2.0)  # seconds a lookup
+DESTINATIONS_DNS_TIMEOUT = env_number("DESTINATIONS_DNS_TIMEOUT", default=2.0)  # seconds a lookup
 DESTINATIONS_RESOLVE_PER_BUILD = env.int("DESTINATIONS_RESOLVE_PER_BUILD", default=500)  # domains
-DESTINATIONS_RESOLVE_SECONDS = env.float("DESTINATIONS_RESOLVE_SECONDS", default=10.0)  # a build
+DESTINATIONS_RESOLVE_SECONDS = env_number("DESTINATIONS_RESOLVE_SECONDS", default=10.0)  # a build
 # connections a worker delivers on at once (growth.sending.wires): a kill leaves at most this many
 # chunks in doubt with a plain receiver
-SENDER_CONNECTIONS = env.int("SENDER_CONNECTIONS", default=4)
-SENDER_HANDOFF_CHUNK = env.int("SENDER_HANDOFF_CHUNK", default=5)  # messages per hand-over (plain)
+SENDER_CONNECTIONS = env_count("SENDER_CONNECTIONS", default=4)
+SENDER_HANDOFF_CHUNK = env_count("SENDER_HANDOFF_CHUNK", default=5)  # messages per hand-over (plain)
 # The send protocol of a campaign built from now on (docs/one-write-per-recipient.md): "leases" (a
 # lease per batch, or per chunk for a plain receiver, behind the campaign's cursor: one write a
 # recipient) or "rows" (each row claimed under a lease of its own: two writes a recipient). A
@@ -284,11 +312,11 @@ LOGGING = {
 # (below 2 % recommended, review at 5 %). Nothing is judged under REPUTATION_MIN_SENDS messages.
 REPUTATION_WINDOW_DAYS = env.int("REPUTATION_WINDOW_DAYS", default=7)
 REPUTATION_MIN_SENDS = env.int("REPUTATION_MIN_SENDS", default=500)
-REPUTATION_BOUNCE_WARN = env.float("REPUTATION_BOUNCE_WARN", default=2.0)  # percent
-REPUTATION_BOUNCE_STOP = env.float("REPUTATION_BOUNCE_STOP", default=5.0)  # percent
-REPUTATION_COMPLAINT_WARN = env.float("REPUTATION_COMPLAINT_WARN", default=0.1)  # percent
-REPUTATION_COMPLAINT_STOP = env.float("REPUTATION_COMPLAINT_STOP", default=0.3)  # percent
-REPUTATION_CHECK_EVERY = env.float("REPUTATION_CHECK_EVERY", default=30.0)  # seconds, per worker
+REPUTATION_BOUNCE_WARN = env_number("REPUTATION_BOUNCE_WARN", default=2.0, positive=False)  # percent
+REPUTATION_BOUNCE_STOP = env_number("REPUTATION_BOUNCE_STOP", default=5.0, positive=False)  # percent
+REPUTATION_COMPLAINT_WARN = env_number("REPUTATION_COMPLAINT_WARN", default=0.1, positive=False)  # percent
+REPUTATION_COMPLAINT_STOP = env_number("REPUTATION_COMPLAINT_STOP", default=0.3, positive=False)  # percent
+REPUTATION_CHECK_EVERY = env_number("REPUTATION_CHECK_EVERY", default=30.0)  # seconds, per worker
 # check_sender / the account page's readiness panel: the public addresses mail leaves the relay
 # from, to check that SPF authorizes them (unset: SPF is reported, the relay not checked).
 DELIVERABILITY_RELAY_IPS = env.list("DELIVERABILITY_RELAY_IPS", default=[])

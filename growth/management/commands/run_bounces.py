@@ -12,6 +12,7 @@ from imap_tools.errors import ImapToolsError
 
 from growth.bounces import mailbox
 from growth.bounces.lmtp import BounceServer
+from growth.management.arguments import seconds
 
 
 class Command(BaseCommand):
@@ -33,7 +34,7 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true",
                             help="IMAP: one pass over the unseen messages, then exit; LMTP: exit "
                                  "after the first message delivered")
-        parser.add_argument("--interval", type=float, default=60.0,
+        parser.add_argument("--interval", type=seconds, default=60.0,
                             help="IMAP: seconds between passes (default: 60)")
         parser.add_argument("--processed-folder", default=mailbox.PROCESSED_FOLDER,
                             help="IMAP: where recorded messages go (default: %(default)s; an "

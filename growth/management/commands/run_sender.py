@@ -5,6 +5,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from growth.management.arguments import port, seconds
 from growth.sending.worker import Worker, default_worker_id
 
 
@@ -23,10 +24,10 @@ class Command(BaseCommand):
                                "(default: keep running).")
         parser.add_argument("--batch-size", type=int, default=20,
                             help="Rows claimed per batch (default: 20).")
-        parser.add_argument("--tick", type=float, default=60.0,
+        parser.add_argument("--tick", type=seconds, default=60.0,
                             help="Seconds to sleep when idle; a full batch goes on at once "
                                  "(default: 60).")
-        parser.add_argument("--lease", type=float, default=None,
+        parser.add_argument("--lease", type=seconds, default=None,
                             help="Seconds a claimed row stays ours (default: SENDER_LEASE, "
                                  f"now {settings.SENDER_LEASE:g}).")
         parser.add_argument("--connections", type=int, default=None,
@@ -35,7 +36,7 @@ class Command(BaseCommand):
                                  f"(default: SENDER_CONNECTIONS, now {settings.SENDER_CONNECTIONS}).")
         parser.add_argument("--worker-id", default=None,
                             help=f"Name in claimed_by (default host:pid, e.g. {default_worker_id()}).")
-        parser.add_argument("--metrics-port", type=int, default=None,
+        parser.add_argument("--metrics-port", type=port, default=None,
                             help="Serve Prometheus metrics on this port (default: none).")
         parser.add_argument("--metrics-addr", default="127.0.0.1",
                             help="Address the metrics port listens on (default: 127.0.0.1).")
@@ -48,12 +49,14 @@ class Command(BaseCommand):
             raise CommandError("--batch-size must be at least 1")
         if options["connections"] is not None and options["connections"] < 1:
             raise CommandError("--connections must be at least 1")
-        if options["tick"] <= 0 or (options["lease"] is not None and options["lease"] <= 0):
-            raise CommandError("--tick and --lease must be positive")
         if options["metrics_port"] is not None:
             from prometheus_client import start_http_server
 
-            start_http_server(options["metrics_port"], addr=options["metrics_addr"])
+            try:
+                start_http_server(options["metrics_port"], addr=options["metrics_addr"])
+            except OSError as exc:  # taken, or an address this host does not have
+                raise CommandError(f"cannot serve metrics on {options['metrics_addr']}:"
+                                   f"{options['metrics_port']}: {exc.strerror or exc}") from exc
         worker = Worker(worker_id=options["worker_id"], batch_size=options["batch_size"],
                         tick=options["tick"], lease=options["lease"],
                         once=options["once"], until_idle=options["until_idle"],

@@ -1,0 +1,72 @@
+"""What an operator types into the environment or onto the command line means what it says, or
+is refused with a message naming it: never silently read as something else, never a traceback,
+never a busy loop later."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tests.helpers import manage, subprocess_env
+
+
+def setting(name: str, **env: str) -> tuple[int, str]:
+    """(exit status, the setting's repr or the error) in a process with ``env``."""
+    result = subprocess.run(
+        manage("shell", "-c", f"from django.conf import settings; print(repr(settings.{name}))"),
+        env=subprocess_env(**env), capture_output=True, text=True, timeout=120)
+    return result.returncode, (result.stdout.strip().splitlines() or [""])[-1] + result.stderr
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("variable", "value", "read"), [
+    ("SENDER_LEASE", "1e3", 1000.0),  # django-environ's env.float read 13
+    ("SENDER_RATE_LIMIT", "2.5e2", 250.0),  # read 2.52
+    ("SENDER_RATE_LIMIT", "0", 0.0),  # no limit
+    ("SENDER_BACKOFF_BASE", " 0.5 ", 0.5),
+])
+def test_a_number_is_read_as_it_was_typed(variable, value, read):
+    assert setting(variable, **{variable: value}) == (0, repr(read))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("variable", "value"), [
+    ("SENDER_LEASE", "5m"),  # five minutes? read as 5 seconds
+    ("SENDER_LEASE", "0"), ("SENDER_LEASE", "-1"), ("SENDER_LEASE", "nan"),
+    ("SENDER_RATE_LIMIT", "-3"), ("SENDER_RETRY_FOR_HOURS", "inf"),
+    ("SENDER_CONNECTIONS", "0"), ("SENDER_HANDOFF_CHUNK", "0"),
+])
+def test_a_value_that_means_nothing_sensible_is_refused_by_name(variable, value):
+    status, said = setting("SENDER_LEASE", **{variable: value})
+    assert status != 0
+    assert f"ImproperlyConfigured: {variable}=" in said
+
+
+@pytest.mark.parametrize("tick", ["nan", "inf", "0", "-1", "soon"])
+def test_run_sender_refuses_a_tick_that_is_no_duration(tick):
+    with pytest.raises(CommandError, match="--tick"):
+        call_command("run_sender", "--once", "--tick", tick)
+
+
+@pytest.mark.parametrize("interval", ["0", "-5", "nan"])
+def test_run_bounces_refuses_an_interval_that_never_waits(interval):
+    with pytest.raises(CommandError, match="--interval"):
+        call_command("run_bounces", "--once", "--interval", interval)
+
+
+@pytest.mark.parametrize("port", ["0", "70000", "http"])
+def test_run_sender_refuses_a_metrics_port_that_is_no_port(port):
+    with pytest.raises(CommandError, match="--metrics-port"):
+        call_command("run_sender", "--once", "--metrics-port", port)
+
+
+def test_run_sender_says_its_metrics_port_is_taken():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(CommandError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
+            call_command("run_sender", "--once", "--metrics-port", str(port))
