@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import socket
 import subprocess
+from urllib.parse import quote
 
+import psycopg
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from tests.helpers import manage, subprocess_env
 
@@ -70,3 +73,49 @@ def test_run_sender_says_its_metrics_port_is_taken():
         port = taken.getsockname()[1]
         with pytest.raises(CommandError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
             call_command("run_sender", "--once", "--metrics-port", str(port))
+
+
+# --- a database that cannot serve the worker yet ---------------------------------------------
+
+def run_sender_for(seconds: float, env: dict[str, str]) -> tuple[int | None, str]:
+    """run_sender's exit status (None: still running when stopped) and what it printed."""
+    worker = subprocess.Popen(manage("run_sender", "--tick", "0.2"), env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = worker.communicate(timeout=seconds)
+        return worker.returncode, out
+    except subprocess.TimeoutExpired:
+        worker.terminate()
+        out, _ = worker.communicate(timeout=30)
+        return None, out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_read_only_database_is_waited_out_like_one_that_is_away(tmp_path):
+    """A standby that a failover's DNS still points at refuses every write (SQLSTATE 25006, an
+    InternalError to Django): the worker waits for the primary instead of dying of it."""
+    env = subprocess_env(EMAIL_URL=f"filemail://{tmp_path}")
+    env["DATABASE_URL"] += "?options=" + quote("-c default_transaction_read_only=on")
+    status, said = run_sender_for(8, env)
+    assert status is None and "Traceback" not in said, said[-1500:]
+    assert "read-only transaction" in said and "retrying in" in said
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_nobody_migrated_is_a_clear_refusal(tmp_path):
+    db = connection.settings_dict
+    admin = dict(host=db["HOST"] or None, port=db["PORT"] or None, user=db["USER"],
+                 password=db["PASSWORD"] or None, dbname="postgres", autocommit=True)
+    empty = db["NAME"] + "_unmigrated"
+    with psycopg.connect(**admin) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{empty}"')
+        conn.execute(f'CREATE DATABASE "{empty}"')
+    try:
+        env = subprocess_env(EMAIL_URL=f"filemail://{tmp_path}")
+        env["DATABASE_URL"] = env["DATABASE_URL"].rsplit("/", 1)[0] + "/" + empty
+        status, said = run_sender_for(60, env)
+        assert status == 1 and "Traceback" not in said, said[-1500:]
+        assert "migration" in said and "run manage.py migrate first" in said
+    finally:
+        with psycopg.connect(**admin) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{empty}" WITH (FORCE)')

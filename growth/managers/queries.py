@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, InternalError, OperationalError, connection
 
 _HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$", re.MULTILINE)
 _USE = re.compile(r"\{\{\s*([a-z_][a-z0-9_.]*)\s*\}\}")
@@ -82,9 +82,16 @@ class FromRow:
         return cls(**row)
 
 
+# What a worker waits out (reconnecting, with backoff) rather than dies of: the database is
+# away (a lost connection, a restart), or cannot take writes now. A standby that a failover's DNS
+# or address still points at refuses every write with SQLSTATE 25006, which Django raises as an
+# InternalError, as it does a transaction left aborted: a new connection is the cure for both.
+DATABASE_AWAY = (OperationalError, InterfaceError, InternalError)
+
+
 def discard_connection() -> None:
-    """Drop this thread's database connection after it failed (OperationalError,
-    InterfaceError): Django opens a new one on next use."""
+    """Drop this thread's database connection after it failed (DATABASE_AWAY): Django opens a new
+    one on next use."""
     try:
         connection.close()
     except Exception:  # already broken

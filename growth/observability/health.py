@@ -35,17 +35,22 @@ def readyz(request: HttpRequest) -> HttpResponse:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-        executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
-        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        pending = migrations_pending()
     except DatabaseError as exc:
         connection.close()  # a broken connection is not kept for the next probe
         # the driver's text names the database's host, port and role: the log's, not anyone's
         logger.warning("readiness: the database does not answer (%s)", str(exc).strip()[:500])
         return JsonResponse({"status": "unavailable", "database": "unavailable"}, status=503)
     if pending:
-        return JsonResponse({"status": "unavailable", "migrations_pending": len(pending)},
+        return JsonResponse({"status": "unavailable", "migrations_pending": pending},
                             status=503)
     return JsonResponse({"status": "ok"})
+
+
+def migrations_pending() -> int:
+    """Migrations the database lacks (a DatabaseError when it does not answer)."""
+    executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+    return len(executor.migration_plan(executor.loader.graph.leaf_nodes()))
 
 
 PROBES = {"/healthz": healthz, "/readyz": readyz}

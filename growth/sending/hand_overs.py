@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Generic, TypeVar
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import connection
 
-from growth.managers.queries import discard_connection
+from growth.managers.queries import DATABASE_AWAY, discard_connection
 
 Request = TypeVar("Request")
 Result = TypeVar("Result")
@@ -81,7 +81,7 @@ class HandOvers(Generic[Request, Result]):
             if len(results) != len(group):
                 raise RuntimeError(f"{len(results)} answers to {len(group)} hand-overs")
         except BaseException as exc:  # each waiting wire re-raises it on its own thread
-            if isinstance(exc, OperationalError | InterfaceError):
+            if isinstance(exc, DATABASE_AWAY):
                 discard_connection()
             for _, done in group:
                 done.set_exception(exc)

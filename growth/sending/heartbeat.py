@@ -15,9 +15,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import connection
 
-from growth.managers.queries import discard_connection
+from growth.managers.queries import DATABASE_AWAY, discard_connection
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Heartbeat:
                     continue  # the loop is stuck: its heartbeat goes stale
                 try:
                     self._beat()
-                except (OperationalError, InterfaceError) as exc:  # the loop waits for the database
+                except DATABASE_AWAY as exc:  # the loop waits for the database
                     discard_connection()
                     logger.debug("heartbeat not recorded: %s", exc)
         finally:

@@ -50,14 +50,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import connection
 
 from growth.audience.destinations import classify_recipient_domains
 from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
 from growth.managers.leases import SUPPRESSED, Lease, LeaseHandOver
-from growth.managers.queries import discard_connection
+from growth.managers.queries import DATABASE_AWAY, discard_connection
 from growth.managers.sends import Claimed, HandOver
 from growth.models import Campaign, Send, SendLease, SendTally, Suppression, WorkerHeartbeat
 from growth.observability import metrics
@@ -245,22 +245,38 @@ class Worker:
         finally:
             self._heartbeat.came_round()  # the last batch landing below is a turn of its own
             self._pipelined = False
-            self._retrying_db(lambda: self._land(block=True),
-                              deadline=time.monotonic() + self.lease)
-            self._settler.close()  # what went out is settled before we go
-            self._settler = InlineSettler()
-            self._retrying_db(SendTally.objects.fold, deadline=time.monotonic() + DB_RETRY_FIRST,
-                              lost="the deltas wait for another worker's fold")
-            self._wires.close()  # every connection, self.transport's included
-            for hand_overs in (self._hand_overs, self._lease_hand_overs):
-                if hand_overs is not None:
-                    hand_overs.close()
-            self._heartbeat.stop()
-            self._retrying_db(lambda: WorkerHeartbeat.objects.stopped(worker_id=self.worker_id),
-                              deadline=time.monotonic() + DB_RETRY_FIRST,
-                              lost="the heartbeat is left to go stale")
-            connection.close()
+            # each step on its own: one that fails (whatever stopped the loop may stop it too)
+            # must not keep the others from settling, closing and saying goodbye
+            for step in (self._land_last, self._close_settler, self._fold_last, self._wires.close,
+                         self._close_hand_overs, self._heartbeat.stop, self._say_stopped,
+                         connection.close):
+                try:
+                    step()
+                except Exception:
+                    logger.exception("worker %s: stopping, %s failed", self.worker_id,
+                                     getattr(step, "__name__", step))
             logger.info("worker %s stopped", self.worker_id)
+
+    def _land_last(self) -> None:
+        self._retrying_db(lambda: self._land(block=True), deadline=time.monotonic() + self.lease)
+
+    def _close_settler(self) -> None:
+        self._settler.close()  # what went out is settled before we go
+        self._settler = InlineSettler()
+
+    def _fold_last(self) -> None:
+        self._retrying_db(SendTally.objects.fold, deadline=time.monotonic() + DB_RETRY_FIRST,
+                          lost="the deltas wait for another worker's fold")
+
+    def _close_hand_overs(self) -> None:
+        for hand_overs in (self._hand_overs, self._lease_hand_overs):
+            if hand_overs is not None:
+                hand_overs.close()
+
+    def _say_stopped(self) -> None:
+        self._retrying_db(lambda: WorkerHeartbeat.objects.stopped(worker_id=self.worker_id),
+                          deadline=time.monotonic() + DB_RETRY_FIRST,
+                          lost="the heartbeat is left to go stale")
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -300,7 +316,7 @@ class Worker:
         if batch is not None:
             try:
                 self._in_flight.append(self._deliver(batch))
-            except (OperationalError, InterfaceError):
+            except DATABASE_AWAY:
                 raise  # the database, not the campaign: _retrying_db waits for it
             except Exception as exc:  # this campaign cannot be sent as it is: it alone stops
                 self._contain(batch, exc)
@@ -359,7 +375,7 @@ class Worker:
                 with metrics.STATEMENT_SECONDS.labels("claim").time():
                     claim = self._pacer.claim(campaign, worker_id=self.worker_id,
                                               lease=self.lease, hand_over=self.idempotent)
-            except (OperationalError, InterfaceError):
+            except DATABASE_AWAY:
                 raise  # the database, not the campaign: _retrying_db waits for it
             except Exception as exc:  # its tenant's pacing cannot be read: it alone stops
                 self._contain(Batch(campaign.campaign_id, [], full=False,
@@ -560,7 +576,7 @@ class Worker:
             self._settle(batch, [outcome for share in answered for outcome in share],
                          always=bool(batch.leases))
         failed = next((wire.exception() for wire in delivering.wires if wire.exception()), None)
-        if isinstance(failed, OperationalError | InterfaceError):
+        if isinstance(failed, DATABASE_AWAY):
             # the database, not the campaign: unsettled rows keep their lease
             logger.warning("campaign %s: a wire lost the database (%s)", batch.campaign_id,
                            failed, extra={"campaign_id": batch.campaign_id,
@@ -592,7 +608,7 @@ class Worker:
         try:
             self._pacer.observe(batch.destinations, outcomes,
                                 sent_since=time.monotonic() - batch.tally.started)
-        except (OperationalError, InterfaceError) as exc:  # only this adaptation of the rates is lost
+        except DATABASE_AWAY as exc:  # only this adaptation of the rates is lost
             discard_connection()
             logger.warning("campaign %s: rates not adapted to its answers (%s)", batch.campaign_id,
                            exc, extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
@@ -808,7 +824,7 @@ class Worker:
         try:
             suppressed = Suppression.objects.suppress_bounced(bounced)
         except Exception as exc:
-            if isinstance(exc, OperationalError | InterfaceError):
+            if isinstance(exc, DATABASE_AWAY):
                 discard_connection()
             logger.warning("campaign %s: %d hard-bounced addresses not suppressed (%s)",
                            batch.campaign_id, len(bounced), exc, exc_info=exc,
@@ -839,7 +855,7 @@ class Worker:
         while True:
             try:
                 return call()
-            except (OperationalError, InterfaceError) as exc:
+            except DATABASE_AWAY as exc:
                 logger.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
                 discard_connection()
                 if deadline is not None and time.monotonic() + delay > deadline:

@@ -4,8 +4,10 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from growth.management.arguments import port, seconds
+from growth.observability.health import migrations_pending
 from growth.sending.worker import Worker, default_worker_id
 
 
@@ -49,6 +51,13 @@ class Command(BaseCommand):
             raise CommandError("--batch-size must be at least 1")
         if options["connections"] is not None and options["connections"] < 1:
             raise CommandError("--connections must be at least 1")
+        try:
+            pending = migrations_pending()
+        except DatabaseError:
+            pending = 0  # away for now: the worker waits for it
+        if pending:
+            raise CommandError(f"The database lacks {pending} migration"
+                               f"{'s' if pending != 1 else ''}: run manage.py migrate first.")
         if options["metrics_port"] is not None:
             from prometheus_client import start_http_server
 
