@@ -66,6 +66,7 @@ def test_run_sender_refuses_a_metrics_port_that_is_no_port(port):
         call_command("run_sender", "--once", "--metrics-port", port)
 
 
+@pytest.mark.django_db
 def test_run_sender_says_its_metrics_port_is_taken():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -119,3 +120,48 @@ def test_a_database_nobody_migrated_is_a_clear_refusal(tmp_path):
     finally:
         with psycopg.connect(**admin) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{empty}" WITH (FORCE)')
+
+
+def test_processes_starting_together_on_a_fresh_clone_share_the_database_one_of_them_made():
+    """`make serve` and `make run` on a fresh clone, or gunicorn's workers importing the
+    settings at once: each looks for the embedded server's database and creates it if missing.
+    The losers of that race died at import (DuplicateDatabase, or UniqueViolation on
+    pg_database's index); they now use the one the winner made."""
+    import threading
+
+    from zylior.embedded_db import _ensure_database
+
+    db = connection.settings_dict
+    admin = psycopg.conninfo.make_conninfo(host=db["HOST"] or None, port=db["PORT"] or None,
+                                           user=db["USER"], password=db["PASSWORD"] or None,
+                                           dbname="postgres")
+    name = f"{db['NAME']}_raced"
+    failures: list[BaseException] = []
+    for _ in range(10):
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        barrier = threading.Barrier(4)
+
+        def start(barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            try:
+                _ensure_database(admin, name)
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=start) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    assert failures == []
+
+
+@pytest.mark.django_db
+def test_commands_run_where_the_static_directory_cannot_be_made():
+    """A container with a read-only root filesystem: importing the settings made STATIC_ROOT,
+    and every manage.py command, run_sender included, died of it before it began."""
+    status, said = setting("STATIC_ROOT", STATIC_ROOT="/proc/zylior-static")
+    assert status == 0 and "Traceback" not in said, said[-800:]

@@ -7,6 +7,7 @@ one server. It listens on a Unix socket inside the data directory only, never on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -56,5 +57,10 @@ def _ensure_database(admin_url: str, name: str) -> None:
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        # processes started together on a fresh clone race to make it: a loser uses the
+        # winner's
         if not exists:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase,
+                                     psycopg.errors.UniqueViolation):
+                conn.execute(f'CREATE DATABASE "{name}"')
+

@@ -12,6 +12,7 @@ ANYMAIL_WEBHOOK_SECRET  user:password the ESPs' feedback webhooks must send (com
 
 from __future__ import annotations
 
+import contextlib
 import math
 from datetime import timedelta
 from pathlib import Path
@@ -241,7 +242,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = env.path("STATIC_ROOT", default=DATA_DIR / "static")
-Path(STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every start without it
+# WhiteNoise warns on every start without it; a read-only code directory (a container's
+# readOnlyRootFilesystem, an image owned by root run as another user) must still run commands
+with contextlib.suppress(OSError):
+    Path(STATIC_ROOT).mkdir(parents=True, exist_ok=True)
 # WhiteNoise serves them from gunicorn: compressed once `collectstatic` ran (`manage.py serve`
 # runs it), straight from the apps otherwise. No hashed names: a page never depends on a
 # manifest that a deployment forgot to build.
