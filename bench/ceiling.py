@@ -51,11 +51,10 @@ def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> 
             claim["after"] = max(row["id"] for row in rows)
             ids = [row["id"] for row in rows if row["status"] == "sending"]
             attempts = {row["id"]: row["attempts"] for row in rows}
-            leased_until = {row["id"]: row["leased_until"] for row in rows}
+            leases = sorted({row["leased_until"] for row in rows if row["leased_until"]})
             if hand_over:
                 ids = [row["id"] for row in conn.execute(
-                    queries["hand_over"], {"ids": ids, "worker_id": worker_id,
-                                           "leased_until": [leased_until[i] for i in ids]}
+                    queries["hand_over"], {"ids": ids, "worker_id": worker_id, "leases": leases}
                     ).fetchall()
                     if row["status"] == "sending"]
             cursor = conn.execute(queries["settle"], {

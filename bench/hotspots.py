@@ -200,7 +200,7 @@ def _statements(batch_size: int) -> list[tuple[str, float, str]]:
             held = cursor.fetchall()
         ids = [row[0] for row in held]
         ms, plan = _explain(SEND_QUERIES["hand_over"], {
-            "ids": ids, "leased_until": [row[3] for row in held], "worker_id": worker})
+            "ids": ids, "leases": sorted({row[3] for row in held}), "worker_id": worker})
         results.append(("hand_over", ms, plan))
         ms, plan = _explain(SEND_QUERIES["settle"], {
             "ids": ids, "attempts": [row[1] for row in held], "campaign_id": held[0][2],

@@ -313,11 +313,11 @@ class SendManager(models.Manager):
 
 
 def hand_over_params(claimed: Sequence[Claimed], *, worker_id: str) -> dict[str, object]:
-    """A claim's rows as hand_over and release name them: by the worker, and the lease the
-    claim gave each."""
+    """A claim's rows as hand_over and release name them: by the worker, and the leases the
+    claim gave them (one a claim statement)."""
+    leases = {row.leased_until for row in claimed if row.leased_until is not None}
     return {"ids": array_literal(row.id for row in claimed),
-            "leased_until": array_literal(row.leased_until and row.leased_until.isoformat()
-                                          for row in claimed),
+            "leases": array_literal(sorted(lease.isoformat() for lease in leases)),
             "worker_id": worker_id}
 
 
