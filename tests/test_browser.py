@@ -396,3 +396,36 @@ def test_the_campaign_page_follows_a_live_send_then_pauses_from_its_button(page)
     page.get_by_role("link", name="History").click()
     expect(page.locator("#change-history")).to_contain_text("Paused.")
     expect(page.locator("#change-history")).to_contain_text("olga")
+
+
+def test_an_operator_cancelling_a_campaign_is_told_which_recipients_may_already_have_it(page):
+    """A row handed over before its worker was lost waits to go again under its key (a receiver
+    that de-duplicates). Cancelling ends that: the confirmation page counts it apart from the
+    queued rows that will never get the campaign, and the message and History say what it
+    became (unknown, for the operator to settle)."""
+    from django.contrib.admin.models import LogEntry
+    from django.utils import timezone
+    from playwright.sync_api import expect
+
+    campaign = sending_campaign(count=3, name="Winter sale")
+    (lost,) = Send.objects.claim(worker_id="dead", batch_size=1, lease=60, hand_over=True)
+    Send.objects.filter(id=lost.id).update(
+        lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+    Send.objects.recover_expired(idempotent=True, max_attempts=5)  # queued again, in doubt
+    operator(campaign.account, username="olga")
+    log_in(page, reverse("admin:login"), "olga")
+    page.goto(reverse("admin:growth_campaign_changelist"))
+    page.check(f'input[name="_selected_action"][value="{campaign.pk}"]')
+    page.select_option('select[name="action"]', "cancel")
+    page.click('button[name="index"]')
+    shot(page, "admin-campaigns-confirm-cancel-in-doubt")
+    expect(page.locator(".growth-confirm")).to_contain_text(
+        "2 queued recipients will never get it (cancelled); 1 queued again after their worker "
+        "was lost may already have it: they become unknown, for you to settle; 0 on the wire")
+    page.get_by_role("button", name=re.compile(r"^Yes, ")).click()
+    expect(page.locator(".messagelist")).to_contain_text(
+        "1 campaign cancelled: “Winter sale” (2 queued recipients dropped; 1 in doubt, now "
+        "unknown).")
+    assert Send.objects.get(id=lost.id).status == "unknown"
+    assert LogEntry.objects.get().change_message == (
+        "Cancelled (2 queued recipients dropped; 1 in doubt, now unknown).")
