@@ -126,3 +126,16 @@ def test_a_lease_longer_than_the_providers_memory_is_not_trusted(esp):
     long = Worker(lease=3600, transport=DjangoMailTransport(backend=BREVO))
     assert short.idempotent is True
     assert long.idempotent is False  # Brevo forgets keys after 15 minutes
+
+
+def test_recipients_the_provider_refused_in_a_success_answer_fail_for_good():
+    """An ESP's 200 that rejects every recipient is the provider's answer, not a lost one."""
+    import requests
+    from anymail.exceptions import AnymailRecipientsRefused
+
+    from growth.sending.transports.errors import classify_failure
+
+    answer = requests.Response()
+    answer.status_code, answer.reason, answer._content = 200, "OK", b'{"status": "rejected"}'
+    refused = AnymailRecipientsRefused(response=answer, status_code=200)
+    assert classify_failure(refused).kind == Outcome.PERMANENT

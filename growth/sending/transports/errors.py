@@ -179,15 +179,16 @@ def _retry_after(exc) -> float | None:
 
 def _anymail(exc, error: str) -> Failure:
     status = getattr(exc, "status_code", None)
-    # the request went out and its answer did not come, or came as a success we cannot read
-    if (requests is not None and isinstance(exc, requests.exceptions.ReadTimeout)) or (
-            status is not None and 200 <= status < 300):
-        return Failure(Outcome.IN_DOUBT, error)
-    if status == 429:  # the ESP's limit on our account
-        return _throttled(error, retry_after=_retry_after(exc), scope=Outcome.TRANSPORT)
     if isinstance(exc, anymail_errors.AnymailRecipientsRefused | anymail_errors.AnymailInvalidAddress
                   | anymail_errors.AnymailUnsupportedFeature):
         return Failure(Outcome.PERMANENT, error)
+    # the request went out and its answer did not come, or came as a success we cannot read
+    if (requests is not None and isinstance(exc, requests.exceptions.ReadTimeout)) or (
+            isinstance(exc, anymail_errors.AnymailAPIError) and status is not None
+            and 200 <= status < 300):
+        return Failure(Outcome.IN_DOUBT, error)
+    if status == 429:  # the ESP's limit on our account
+        return _throttled(error, retry_after=_retry_after(exc), scope=Outcome.TRANSPORT)
     if status is not None and 400 <= status < 500 and status not in (408, 409, 425, 429):
         return Failure(Outcome.PERMANENT, error)
     return Failure(Outcome.TRANSIENT, error)
