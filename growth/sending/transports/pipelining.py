@@ -79,10 +79,10 @@ def _one_command_at_a_time(client: smtplib.SMTP, sender: str, recipients: Sequen
         if code not in _ACCEPTED_RCPT:
             refused[recipient] = (code, text)
         if code == 421:
-            client.close()
+            _after_refusal(client, data_accepted=False, closing=True)
             raise smtplib.SMTPRecipientsRefused(refused)
     if len(refused) == len(recipients):
-        client._rset()
+        _after_refusal(client, data_accepted=False, closing=False)
         raise smtplib.SMTPRecipientsRefused(refused)
     client.putcmd("data")
     code, text = client.getreply()
