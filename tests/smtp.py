@@ -11,6 +11,7 @@ from email import message_from_bytes
 from email.message import Message
 
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
 
 
 @dataclass
@@ -80,6 +81,8 @@ class SMTPServer:
     def __init__(self) -> None:
         self.handler = RecordingHandler()
         self.port = free_port()
+        self.options: dict = {}  # aiosmtpd's SMTP options (require_login)
+        self.logins: list[str] = []  # every AUTH attempt's user name
         self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port)
 
     @property
@@ -87,9 +90,23 @@ class SMTPServer:
         return f"smtp://127.0.0.1:{self.port}"
 
     def start(self) -> SMTPServer:
-        self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port)
+        self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port,
+                                     **self.options)
         self.controller.start()
         return self
+
+    def require_login(self, user: str, password: str) -> None:
+        """Restart as a relay that takes mail only after AUTH as ``user`` (offered without TLS,
+        on loopback): "535 5.7.8 Authentication credentials invalid" to any other login, "530
+        5.7.0 Authentication required" to MAIL FROM without one."""
+        def check(server, session, envelope, mechanism, auth_data) -> AuthResult:
+            self.logins.append(auth_data.login.decode())
+            return AuthResult(success=auth_data == LoginPassword(user.encode(), password.encode()),
+                              handled=False)
+
+        self.stop()
+        self.options = {"authenticator": check, "auth_required": True, "auth_require_tls": False}
+        self.start()
 
     def stop(self) -> None:
         self.controller.stop()

@@ -155,6 +155,20 @@ def test_the_pause_banner_says_who_paused_and_what_to_look_at(client, staff, ten
     assert "cannot be sent as it is" in engine and "reputation" not in engine.split("errornote")[1][:300]
 
 
+def test_the_pause_banner_sends_the_operator_to_the_transport_when_it_refused_us(
+        client, staff, tenant):
+    from growth.sending.transports.errors import refusal_reason
+
+    campaign = sending_campaign(count=1, account=tenant)
+    Campaign.objects.pause(campaign_id=campaign.id,
+                           reason=refusal_reason("535 5.7.8 Authentication credentials invalid"))
+    banner = page(client, campaign).split('class="errornote growth-pause-reason"')[1].split("</p>")[0]
+    assert "the mail server or provider refused us, not the recipients" in banner
+    assert "The transport refused us: 535 5.7.8 Authentication credentials invalid" in banner
+    assert "Fix the transport (its login or API key" in banner
+    assert "cannot be sent as it is" not in banner
+
+
 # --- a confirmation is a promise: what it showed, or nothing ------------------------------------
 
 def test_a_cancel_confirmed_for_a_draft_does_nothing_once_the_campaign_started(

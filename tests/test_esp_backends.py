@@ -60,10 +60,30 @@ def test_a_retry_through_resend_is_absorbed_and_returns_the_same_message(esp):
 
 
 @pytest.mark.parametrize(("status", "kind"), [(500, "transient"), (429, "throttled"),
-                                              (422, "permanent")])
+                                              (422, "permanent"), (401, "refused"),
+                                              (403, "refused")])
 def test_provider_errors_map_onto_retry_or_failure(esp, status, kind):
     esp.statuses = [status]
     assert send(RESEND, delivery())[0].kind == kind
+
+
+def test_a_key_the_provider_does_not_take_refuses_us_once_for_the_whole_chunk(esp):
+    esp.statuses = [401]
+    outcomes = send(RESEND, delivery("campaign:7:1"), delivery("campaign:7:2"),
+                    delivery("campaign:7:3"))
+    assert [(o.send_id, o.kind) for o in outcomes] == [(1, "refused"), (2, "refused"),
+                                                       (3, "refused")]
+    assert outcomes[0].error.startswith("AnymailRequestsAPIError: Resend API response 401")
+    assert len(esp.requests) == 1
+
+
+def test_a_provider_without_its_settings_refuses_us(settings):
+    settings.ANYMAIL = {}
+    # as a worker's wire: its backend is made by the first send
+    (outcome,) = DjangoMailTransport(backend=RESEND).send_bulk([delivery()])
+    assert outcome.kind == "refused"
+    assert outcome.error.startswith("AnymailConfigurationError: You must set ANYMAIL = "
+                                    "{'RESEND_API_KEY': ...}")
 
 
 @pytest.mark.parametrize("misbehaviour", ["stall", "garbled"])

@@ -46,9 +46,10 @@ ROWS, BATCH = 4, 2
 PACED, OTHER = 1, 2  # destination ids on the copy: rows 0 and 2 go to the paced one
 MAX_ATTEMPTS = 3
 SENT, TRANSIENT, PERMANENT = "sent", "transient", "permanent"
+REFUSED = "refused"  # the transport refused us: its attempt given back, due again at once
 DIES, STALLS = "dies", "stalls past its lease"
 RAISES = "a wire raises"  # the worker settles what was answered: the rest has no outcome
-FATES = (SENT, TRANSIENT, PERMANENT, DIES, STALLS, RAISES)
+FATES = (SENT, TRANSIENT, REFUSED, PERMANENT, DIES, STALLS, RAISES)
 FINAL = {"sent", "failed", "suppressed", "unknown", "cancelled"}
 
 

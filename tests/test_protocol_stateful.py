@@ -66,8 +66,9 @@ OPEN = {Send.Status.QUEUED, Send.Status.SENDING}
 # dies just before or just after the move (a send: before or after the wire); or it stalls past
 # its lease instead of moving, and another replica recovers its rows meanwhile.
 DIES_BEFORE, DIES_AFTER, STALLS = "dies before its move", "dies after its move", "stalls past its lease"
-FATES = (Outcome.SENT, Outcome.TRANSIENT, Outcome.THROTTLED, Outcome.PERMANENT, DIES_BEFORE,
-         DIES_AFTER, STALLS)
+# A refusal of us gives its attempt back as a throttle does, but is due again at once.
+FATES = (Outcome.SENT, Outcome.TRANSIENT, Outcome.THROTTLED, Outcome.REFUSED, Outcome.PERMANENT,
+         DIES_BEFORE, DIES_AFTER, STALLS)
 
 # (segment, address as typed). CY@ and cy@ are one address in two segments; the setup makes the
 # later row (cy@) the older subscriber, so the build must pick it over the lower id.

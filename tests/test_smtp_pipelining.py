@@ -283,14 +283,15 @@ def test_the_transports_outcomes_are_the_same_either_way(relay):
     assert relay.handler.keys() == {"campaign:1:3": 1}
 
 
-def test_a_refused_sender_is_retried_either_way(relay):
+def test_a_refused_sender_refuses_us_either_way(relay):
     pipelining = relay.handler.pipelining
     refuse(relay, mail="553 5.7.1 Sender not allowed here")
     relay.handler.pipelining = pipelining
     with DjangoMailTransport() as transport:
         outcomes = transport.send_bulk(outgoing("a@example.com", "b@example.com"))
     assert [(o.kind, o.error) for o in outcomes] == [
-        ("transient", "553 5.7.1 Sender not allowed here")] * 2
+        ("refused", "553 5.7.1 Sender not allowed here")] * 2
+    assert relay.handler.mail_commands == 1  # the second is not tried
 
 
 @pytest.mark.parametrize("pipelining", [True, False])

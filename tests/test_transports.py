@@ -4,13 +4,15 @@ SMTP server on loopback."""
 from __future__ import annotations
 
 import smtplib
+import ssl
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.mail import EmailMessage
 
 from growth.sending.transports import Delivery, Outcome, get_transport, receiver_deduplicates
 from growth.sending.transports.django_mail import DjangoMailTransport
-from growth.sending.transports.errors import MAX_ERROR, describe
+from growth.sending.transports.errors import MAX_ERROR, classify_failure, describe
 from growth.sending.transports.null import NullTransport
 from tests.smtp import RecordingHandler, SMTPServer, free_port
 
@@ -93,11 +95,50 @@ class TestSMTPTransport(TransportContract):
                                                  "550 5.1.1 <nobody@example.com>: No such user")
         assert fine.kind == "sent"
 
-    def test_a_refused_sender_is_stored_as_the_servers_reply_and_retried(self, smtp_settings):
+    def test_a_refused_sender_refuses_us_and_the_rest_of_the_chunk_is_not_tried(self, smtp_settings):
         refuse(smtp_settings, mail="553 5.7.1 Sender not allowed here")
         with self.make() as transport:
-            (outcome,) = transport.send_bulk(deliveries("a@example.com"))
-        assert (outcome.kind, outcome.error) == ("transient", "553 5.7.1 Sender not allowed here")
+            outcomes = transport.send_bulk(deliveries("a@example.com", "b@example.com",
+                                                      "c@example.com"))
+        assert [(o.send_id, o.kind, o.error) for o in outcomes] == [
+            (i, "refused", "553 5.7.1 Sender not allowed here") for i in (1, 2, 3)]
+        assert smtp_settings.handler.mail_commands == 1
+
+    def test_a_sender_deferred_by_a_4xx_is_retried(self, smtp_settings):
+        refuse(smtp_settings, mail="451 4.3.0 Local configuration error, try again")
+        with self.make() as transport:
+            outcomes = transport.send_bulk(deliveries("a@example.com", "b@example.com"))
+        assert [o.kind for o in outcomes] == ["transient", "transient"]
+        assert smtp_settings.handler.mail_commands == 2
+
+    def test_a_login_the_relay_refuses_refuses_us_once_for_the_whole_chunk(self, smtp_settings,
+                                                                           settings):
+        smtp_settings.require_login("growth", "right")
+        settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = "growth", "wrong"
+        transport = self.make()  # as a worker's wire: opened by its first send
+        outcomes = transport.send_bulk(deliveries("a@example.com", "b@example.com"))
+        transport.close()
+        assert [(o.kind, o.error) for o in outcomes] == [
+            ("refused", "535 5.7.8 Authentication credentials invalid")] * 2
+        # one login for the chunk (smtplib tries it with both mechanisms the relay offers)
+        assert smtp_settings.logins == ["growth"] * 2 and not smtp_settings.handler.accepted
+        settings.EMAIL_HOST_PASSWORD = "right"  # mended: the same relay takes them
+        with self.make() as transport:
+            outcomes = transport.send_bulk(deliveries("a@example.com", "b@example.com"))
+        assert [o.kind for o in outcomes] == ["sent", "sent"]
+
+    def test_no_login_where_the_relay_wants_one_refuses_us(self, smtp_settings):
+        smtp_settings.require_login("growth", "right")
+        with self.make() as transport:
+            outcomes = transport.send_bulk(deliveries("a@example.com", "b@example.com"))
+        assert [(o.kind, o.error) for o in outcomes] == [
+            ("refused", "530 5.7.0 Authentication required")] * 2
+
+    def test_a_login_the_relay_does_not_offer_refuses_us(self, smtp_settings, settings):
+        settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = "growth", "secret"
+        (outcome,) = self.make().send_bulk(deliveries("a@example.com"))
+        assert outcome.kind == "refused"
+        assert outcome.error == "SMTPNotSupportedError: SMTP AUTH extension not supported by server."
 
     def test_a_reply_without_an_enhanced_status_is_stored_as_it_came(self, smtp_settings):
         smtp_settings.handler.replies = {"a@example.com": ["554 Transaction failed"]}
@@ -150,8 +191,10 @@ class RefusingHandler(RecordingHandler):
         super().__init__()
         self.mail_reply = mail
         self.rcpt_replies = rcpt or {}
+        self.mail_commands = 0
 
     async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        self.mail_commands += 1
         if self.mail_reply:
             return self.mail_reply
         envelope.mail_from = address
@@ -199,6 +242,25 @@ def refuse(server: SMTPServer, **replies) -> None:
 ])
 def test_each_failure_is_stored_as_code_and_text_or_name_and_message(exc, stored):
     assert describe(exc) == stored
+
+
+@pytest.mark.parametrize(("exc", "kind"), [
+    (smtplib.SMTPAuthenticationError(535, b"5.7.8 Username and Password not accepted"), "refused"),
+    (smtplib.SMTPAuthenticationError(454, b"4.7.0 Temporary authentication failure"), "transient"),
+    (smtplib.SMTPSenderRefused(553, b"5.7.1 Sender not owned by user", "a@x.example"), "refused"),
+    (smtplib.SMTPSenderRefused(451, b"4.3.0 Try again", "a@x.example"), "transient"),
+    (smtplib.SMTPConnectError(554, b"5.7.1 Client host rejected"), "refused"),
+    (smtplib.SMTPConnectError(421, b"Service not available"), "transient"),
+    (smtplib.SMTPHeloError(501, b"5.5.4 Invalid HELO name"), "refused"),
+    (smtplib.SMTPNotSupportedError("STARTTLS extension not supported by server."), "refused"),
+    (ssl.SSLCertVerificationError(1, "certificate verify failed: self-signed certificate"),
+     "refused"),
+    (ImproperlyConfigured("Missing required setting 'RESEND_API_KEY'"), "refused"),
+    (smtplib.SMTPServerDisconnected("Connection unexpectedly closed"), "transient"),
+    (ConnectionRefusedError(111, "Connection refused"), "transient"),
+])
+def test_which_failures_refuse_us_rather_than_the_recipient(exc, kind):
+    assert classify_failure(exc).kind == kind
 
 
 def test_a_stored_failure_is_bounded_and_on_one_line():

@@ -13,8 +13,9 @@ from growth.models import Campaign, RateLimit, RateLimitChange, Send, Suppressio
 from growth.sending.transports.django_mail import DjangoMailTransport
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
-from tests.factories import SubscriberFactory
+from tests.factories import AccountFactory, SubscriberFactory
 from tests.scenarios import approved_campaign, pausing_once, run_worker, statuses
+from tests.smtp import RecordingHandler
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -101,6 +102,58 @@ def test_a_5xx_fails_the_row_with_the_error_and_the_campaign_still_finishes(smtp
     assert failed.email_lower == "person2@example.com" and "550" in failed.last_error
     campaign.refresh_from_db()
     assert campaign.status == "sent"
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_relay_that_refuses_our_login_pauses_the_campaign_and_loses_nothing(
+        smtp_settings, settings, protocol, idempotent):
+    """A wrong password is the operator's to mend: no recipient is failed or counted an
+    attempt for it, however long it takes, and once mended and resumed each gets it once."""
+    settings.SENDER_IDEMPOTENT_TRANSPORT = idempotent
+    settings.SENDER_RETRY_FOR = 0.2  # a row's failures past this are final; a refusal is not one
+    smtp_settings.require_login("growth", "right")
+    settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = "growth", "wrong"
+    campaign = approved_campaign(count=20)
+    run_worker(batch_size=10)  # until idle: a paused campaign is not work
+    campaign.refresh_from_db()
+    assert campaign.status == "paused"
+    assert campaign.pause_reason == ("The transport refused us: "
+                                     "535 5.7.8 Authentication credentials invalid")
+    assert statuses(campaign) == {"queued": 20} and not smtp_settings.handler.accepted
+    rows = Send.objects.filter(campaign=campaign)
+    assert {(r.attempts, r.first_attempt_at, r.handed_over_at) for r in rows} == {(0, None, None)}
+    time.sleep(0.3)  # past the retry horizon of any attempt: none was made
+    settings.EMAIL_HOST_PASSWORD = "right"
+    assert Campaign.objects.resume(campaign_id=campaign.id)
+    run_worker(batch_size=10)
+    assert statuses(campaign) == {"sent": 20}
+    assert set(smtp_settings.handler.keys().values()) == {1}
+    assert len(smtp_settings.handler.keys()) == 20
+
+
+def test_a_sender_the_relay_refuses_pauses_that_tenants_campaign_alone(smtp_settings, settings,
+                                                                       protocol):
+    settings.SENDER_RETRY_FOR = 0.2  # a row's failures past this are final; a refusal is not one
+    refused = approved_campaign(count=8, account=AccountFactory(from_email="news@unverified.example"))
+    other = approved_campaign(count=8)
+
+    class RefusesOneSender(RecordingHandler):
+        async def handle_MAIL(self, server, session, envelope, address, mail_options):
+            if address.endswith("@unverified.example"):
+                return "553 5.7.1 <news@unverified.example>: Sender address rejected: not owned by user"
+            envelope.mail_from = address
+            return "250 OK"
+
+    smtp_settings.stop()
+    smtp_settings.handler = RefusesOneSender()
+    smtp_settings.start()
+    run_worker(batch_size=4)
+    refused.refresh_from_db()
+    assert refused.status == "paused" and refused.pause_reason.startswith(
+        "The transport refused us: 553 5.7.1 <news@unverified.example>: Sender address rejected")
+    assert statuses(refused) == {"queued": 8}
+    assert statuses(other) == {"sent": 8}
+    assert len(smtp_settings.handler.keys()) == 8
 
 
 def test_a_mail_server_down_at_start_is_waited_for(smtp_settings, settings):

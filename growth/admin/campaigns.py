@@ -23,6 +23,7 @@ from growth.models import Campaign, Send, WorkerHeartbeat
 from growth.operations.follow_ups import resend_refusal
 from growth.operations.previews import SendTestFailed, preview_campaign, send_test_message
 from growth.reputation.guard import REASON_PREFIX, reputation_warnings
+from growth.sending.transports.errors import REFUSAL_PREFIX
 
 CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segments", "window_starts",
                   "window_ends"]
@@ -203,6 +204,7 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
                 obj.id, counts=getattr(obj, "send_counts", None)))
             context["reputation_warnings"] = reputation_warnings([obj.account_id])
             context["paused_by_the_guard"] = obj.pause_reason.startswith(REASON_PREFIX)
+            context["refused_by_the_transport"] = obj.pause_reason.startswith(REFUSAL_PREFIX)
             context["holders"] = [(holder, is_alive(holder.seen_at, holder.stopped_at))
                                   for holder in WorkerHeartbeat.objects.holders_of(campaign_id=obj.id)]
             if obj.recipients_built_at is not None:

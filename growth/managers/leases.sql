@@ -226,13 +226,13 @@ WITH campaign AS MATERIALIZED (
 )
 UPDATE growth_sends s
    SET {{ sends._settled_outcome }},
-       attempts = s.attempts + CASE WHEN r.outcome IN ('throttled', 'suppressed') THEN 0
-                                    ELSE 1 END,
-       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'suppressed')
+       attempts = s.attempts + CASE WHEN r.outcome IN ('throttled', 'suppressed', 'refused')
+                                    THEN 0 ELSE 1 END,
+       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'suppressed', 'refused')
                              THEN NULL
                              ELSE coalesce((SELECT handed_over_at FROM ended), s.handed_over_at,
                                            now()) END,
-       first_attempt_at = CASE WHEN r.outcome = 'suppressed' THEN s.first_attempt_at
+       first_attempt_at = CASE WHEN r.outcome IN ('suppressed', 'refused') THEN s.first_attempt_at
                                ELSE coalesce(s.first_attempt_at,
                                              (SELECT handed_over_at FROM ended), now()) END,
        claimed_by = %(worker_id)s

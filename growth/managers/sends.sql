@@ -379,12 +379,14 @@ RETURNING s.id, s.status;
 s.lease_expires_at = ANY(%(leases)s::timestamptz[])
 
 -- _retried --
--- A settled outcome r of row s that goes back to the queue: a transient failure or a throttle,
--- of a campaign not cancelled, within the retry horizon (retry_for seconds after the row's first
--- attempt, an MTA's queue lifetime; attempts are counted, not capped).
-(r.outcome IN ('transient', 'throttled')
- AND c.status <> 'cancelled'
- AND now() < coalesce(s.first_attempt_at, now()) + make_interval(secs => %(retry_for)s))
+-- A settled outcome r of row s that goes back to the queue: a transient failure or a throttle
+-- within the retry horizon (retry_for seconds after the row's first attempt, an MTA's queue
+-- lifetime; attempts are counted, not capped), or a refusal of us (never the row's failure), of
+-- a campaign not cancelled.
+(((r.outcome IN ('transient', 'throttled')
+   AND now() < coalesce(s.first_attempt_at, now()) + make_interval(secs => %(retry_for)s))
+  OR r.outcome = 'refused')
+ AND c.status <> 'cancelled')
 
 -- _outcomes --
 -- A settle's outcomes as rows r, one for each element of its parallel arrays (both protocols').
@@ -397,7 +399,8 @@ unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
 -- (locked FOR SHARE), in either protocol (leases.sql's settle too). A throttle ("slow down") is
 -- due again when the receiver said (Retry-After) or after throttle_delay: the paced rate, not
 -- its backoff, decides when it goes; anything else retried waits an exponential backoff with
--- +-10 per cent jitter, capped. 'suppressed': the lease protocol's claim found the row blocked.
+-- +-10 per cent jitter, capped; a refusal of us (the worker pauses the campaign) at once, for
+-- when it is resumed. 'suppressed': the lease protocol's claim found the row blocked.
 -- 'in_doubt': the whole message went out and no answer came, to a plain receiver (the worker
 -- settles one that de-duplicates as transient): nobody knows whether it arrived.
 status = CASE
@@ -405,7 +408,8 @@ status = CASE
     WHEN r.outcome = 'suppressed' THEN 'suppressed'
     WHEN r.outcome = 'in_doubt' THEN 'unknown'
     WHEN {{ _retried }} THEN 'queued'
-    WHEN r.outcome IN ('transient', 'throttled') AND c.status = 'cancelled' THEN 'cancelled'
+    WHEN r.outcome IN ('transient', 'throttled', 'refused') AND c.status = 'cancelled'
+    THEN 'cancelled'
     ELSE 'failed' END,
 sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
 -- a provider's id longer than the column must not fail the whole batch's settle
@@ -413,6 +417,7 @@ provider_message_id = CASE WHEN r.outcome = 'sent' THEN left(r.provider_message_
                            ELSE s.provider_message_id END,
 last_error = r.error,
 next_attempt_at = CASE
+    WHEN {{ _retried }} AND r.outcome = 'refused' THEN now()
     WHEN {{ _retried }} AND r.outcome = 'throttled'
     THEN now() + make_interval(secs => coalesce(r.retry_after, %(throttle_delay)s))
     WHEN {{ _retried }}
@@ -444,12 +449,15 @@ WITH campaign AS MATERIALIZED (
 )
 UPDATE growth_sends s
    SET {{ _settled_outcome }},
-       attempts = s.attempts - CASE WHEN r.outcome = 'throttled' THEN 1 ELSE 0 END,
+       attempts = s.attempts - CASE WHEN r.outcome IN ('throttled', 'refused') THEN 1 ELSE 0 END,
        lease_expires_at = NULL,
        -- a refused attempt is known not delivered: queued again, the row is not in doubt (a
        -- follow-up may take it; see take_from_original)
-       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled') THEN NULL
-                             ELSE s.handed_over_at END
+       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'refused') THEN NULL
+                             ELSE s.handed_over_at END,
+       -- a refusal of us was no attempt: the row's retry horizon starts at its first real one
+       first_attempt_at = CASE WHEN r.outcome = 'refused' AND r.attempt = 1 THEN NULL
+                               ELSE s.first_attempt_at END
   FROM campaign c,
        {{ _outcomes }}
  WHERE s.id = ANY(%(ids)s::bigint[])

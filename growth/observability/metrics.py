@@ -30,6 +30,9 @@ LEASES_RECOVERED = Counter("growth_leases_recovered", "Rows whose lease expired,
                            ["to"])
 CAMPAIGNS_CONTAINED = Counter("growth_campaigns_contained",
                               "Campaigns the worker paused because they cannot be sent as they are.")
+CAMPAIGNS_REFUSED = Counter("growth_campaigns_refused",
+                            "Campaigns the worker paused because the transport refused us (a login, "
+                            "an API key, the sender).")
 LAST_BEAT = Gauge("growth_worker_last_beat_timestamp_seconds", "When this worker last said it lives.")
 
 

@@ -7,8 +7,10 @@ adapt the rates -> finish campaigns with nothing left. The claim is
 committed before the network call and the settle after it, so a crash anywhere leaves rows that
 lease expiry recovers. The worker holds no SQL: each step is one call to a manager. After a
 settle, an address our relay refused for good (5.1.x, 5.2.1) is suppressed for its tenant, as
-an ESP's hard bounce would have it. What the operator at the terminal reads (progress, pauses,
-idleness, a summary per finished campaign) is ``growth.sending.console``'s.
+an ESP's hard bounce would have it; a relay or ESP that refused us, not the recipients (our
+login, key or sender), pauses the campaign with its refusal, nothing counted against its rows.
+What the operator at the terminal reads (progress, pauses, idleness, a summary per finished
+campaign) is ``growth.sending.console``'s.
 
 Exactly-once is at-least-once plus an idempotent receiver, and the receiver decides how the
 worker trades speed for doubt (``receiver_deduplicates`` says which it is):
@@ -75,7 +77,7 @@ from growth.sending.transports import (
     get_transport,
     receiver_deduplicates,
 )
-from growth.sending.transports.errors import describe
+from growth.sending.transports.errors import describe, refusal_reason
 from growth.sending.unsubscribe import LinkMaker
 from growth.sending.wires import Wires
 
@@ -602,9 +604,11 @@ class Worker:
 
     def _after_settle(self, batch: Batch, outcomes: Sequence[Outcome],
                       settled: dict[int, str]) -> None:
-        """Count what was settled, suppress hard bounces, adapt the rates to the answers."""
+        """Count what was settled, suppress hard bounces, pause the campaign if the transport
+        refused us, adapt the rates to the answers."""
         batch.tally.add(settled)
         self._suppress_hard_bounces(batch, outcomes, settled)
+        self._pause_if_refused(batch, outcomes)
         try:
             self._pacer.observe(batch.destinations, outcomes,
                                 sent_since=time.monotonic() - batch.tally.started)
@@ -612,6 +616,27 @@ class Worker:
             discard_connection()
             logger.warning("campaign %s: rates not adapted to its answers (%s)", batch.campaign_id,
                            exc, extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
+
+    def _pause_if_refused(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
+        """The relay or ESP refused us, not the recipients (``Outcome.REFUSED``): pause the
+        campaign with the refusal. Its rows are queued again, no attempt counted; the batches
+        already on the wires finish as they would after an operator's pause."""
+        refusal = next((o.error for o in outcomes if o.kind == Outcome.REFUSED), None)
+        if refusal is None:
+            return
+        try:
+            paused = Campaign.objects.pause(campaign_id=batch.campaign_id,
+                                            reason=refusal_reason(refusal))
+        except DATABASE_AWAY as exc:  # its next refusal pauses it
+            discard_connection()
+            logger.warning("campaign %s: not paused after a refusal (%s)", batch.campaign_id, exc,
+                           extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
+            return
+        if paused:
+            metrics.CAMPAIGNS_REFUSED.inc()
+            logger.error("campaign %s paused: the transport refused us (%s)", batch.campaign_id,
+                         refusal, extra={"campaign_id": batch.campaign_id,
+                                         "worker_id": self.worker_id})
 
     def _contain(self, batch: Batch, exc: Exception) -> None:
         """Pause the batch's campaign with the reason, and give back its rows that never went

@@ -33,6 +33,11 @@ class Outcome:
     # For a receiver that de-duplicates it is retried with the same key, as a transient failure;
     # for a plain one the row becomes 'unknown' for an operator (RFC 1047's duplicate problem)
     IN_DOUBT = "in_doubt"
+    # the relay or ESP refused us, not the recipient (our login, our API key, our host, its
+    # certificate, our sender): not delivered, and no message of the campaign would be. The
+    # row is due again at once, no attempt counted, and the worker pauses the campaign with
+    # the refusal for an operator to mend the transport and resume it
+    REFUSED = "refused"
 
     # whom a throttle concerns: the recipient's mailbox provider, or our whole account with
     # the relay or ESP (an API's 429, SES's "Maximum sending rate exceeded")

@@ -86,11 +86,16 @@ class DjangoMailTransport(BaseTransport):
             except Exception as exc:
                 # Nobody to talk to: the rest of the batch waits for the next attempt.
                 failure = classify_failure(exc)
-                if failure.kind != Outcome.THROTTLED:  # refused at connect: only a throttle
-                    failure = replace(failure, kind=Outcome.TRANSIENT)  # is not the rows' fault
+                if failure.kind not in (Outcome.THROTTLED, Outcome.REFUSED):
+                    # what fails at connect is not the rows' fault
+                    failure = replace(failure, kind=Outcome.TRANSIENT)
                 outcomes += [failure.outcome(d.send_id) for d in deliveries[position:]]
                 break
-            outcomes.append(self._send_one(delivery))
+            outcome = self._send_one(delivery)
+            outcomes.append(outcome)
+            if outcome.kind == Outcome.REFUSED:  # the rest would be refused as this one was
+                outcomes += [replace(outcome, send_id=d.send_id) for d in deliveries[position + 1:]]
+                break
         return outcomes
 
     def _plain_smtp(self) -> bool:

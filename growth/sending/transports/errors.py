@@ -2,8 +2,17 @@
 
 A 4xx SMTP reply, a dropped connection or a provider's 5xx/429 is transient: the row goes back to
 the queue with a backoff and the same key. A 5xx reply for the recipient, a refused address or a
-message that cannot even be built is permanent. Configuration problems (authentication, sender
-refused) are transient: they are the operator's to fix and must not fail a whole campaign.
+message that cannot even be built is permanent.
+
+A refusal of us, not of the recipient, is neither: the relay refused our login (a 5xx to AUTH,
+or no AUTH or STARTTLS offered), our host (a 5xx greeting or reply to EHLO) or our sender (a
+5xx to MAIL FROM), its certificate failed verification, an ESP did not take our key or would
+not let us (HTTP 401, 403), or the backend lacks its settings (ImproperlyConfigured). No
+message of the campaign would fare better, and none reached anyone: the row is queued again, no
+attempt counted, and the worker pauses the campaign with the refusal for an operator
+(``Outcome.REFUSED``). Failing the rows would lose the campaign to a typo in a password;
+retrying them would knock on the relay's door with the wrong key for two days. A 4xx of the
+same kind ("454 4.7.0 Temporary authentication failure") is transient.
 
 What is stored of a failure is what an operator would read in a mail server's log: an SMTP reply
 as its code, enhanced status and text ("550 5.1.1 No such user"), anything else as
@@ -26,8 +35,10 @@ from __future__ import annotations
 
 import re
 import smtplib
+import ssl
 from dataclasses import dataclass
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.mail import BadHeaderError
 
 from growth.sending.transports.base import Outcome
@@ -54,6 +65,14 @@ _ACCOUNT_LIMIT_TEXT = re.compile(r"maximum sending rate|sending quota|throttling
                                  r"|account.{0,20}(rate|limit)", re.IGNORECASE)
 
 
+REFUSAL_PREFIX = "The transport refused us:"  # a campaign paused for an Outcome.REFUSED
+
+
+def refusal_reason(error: str) -> str:
+    """The pause reason of a campaign whose transport refused us (``error``: as stored)."""
+    return f"{REFUSAL_PREFIX} {error}"
+
+
 class MessageInDoubt(Exception):
     """The whole message was sent and no answer came: it may have been accepted. Raised by the
     transport where it knows the message went out whole (``pipelining.sendmail``)."""
@@ -61,7 +80,7 @@ class MessageInDoubt(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    kind: str  # Outcome.TRANSIENT, PERMANENT, THROTTLED or IN_DOUBT
+    kind: str  # Outcome.TRANSIENT, PERMANENT, THROTTLED, IN_DOUBT or REFUSED
     error: str
     reconnect: bool = False  # the connection is no longer usable
     throttle_scope: str = ""  # for THROTTLED: Outcome.DESTINATION or Outcome.TRANSPORT
@@ -88,11 +107,15 @@ def classify_failure(exc: BaseException) -> Failure:
             exc.smtp_code, exc.smtp_error):
         # refused at connect or at MAIL FROM: the server we talk to limits our whole account
         return _throttled(error, reconnect=True, scope=Outcome.TRANSPORT)
-    if isinstance(exc, smtplib.SMTPServerDisconnected | smtplib.SMTPConnectError):
+    if isinstance(exc, smtplib.SMTPServerDisconnected):
         return Failure(Outcome.TRANSIENT, error, reconnect=True)
-    if isinstance(exc, smtplib.SMTPAuthenticationError | smtplib.SMTPSenderRefused
-                  | smtplib.SMTPHeloError | smtplib.SMTPNotSupportedError):
-        return Failure(Outcome.TRANSIENT, error, reconnect=True)
+    if isinstance(exc, smtplib.SMTPConnectError | smtplib.SMTPAuthenticationError
+                  | smtplib.SMTPSenderRefused | smtplib.SMTPHeloError):
+        kind = Outcome.REFUSED if 500 <= exc.smtp_code < 600 else Outcome.TRANSIENT
+        return Failure(kind, error, reconnect=True)
+    if isinstance(exc, smtplib.SMTPNotSupportedError | ssl.SSLCertVerificationError
+                  | ImproperlyConfigured):
+        return Failure(Outcome.REFUSED, error, reconnect=True)
     if isinstance(exc, smtplib.SMTPResponseException):
         # 421: the server is closing the connection (smtplib has already closed its side)
         if _throttling(exc.smtp_code, exc.smtp_error):
@@ -179,6 +202,8 @@ def _retry_after(exc) -> float | None:
 
 def _anymail(exc, error: str) -> Failure:
     status = getattr(exc, "status_code", None)
+    if status in (401, 403):
+        return Failure(Outcome.REFUSED, error)
     if isinstance(exc, anymail_errors.AnymailRecipientsRefused | anymail_errors.AnymailInvalidAddress
                   | anymail_errors.AnymailUnsupportedFeature):
         return Failure(Outcome.PERMANENT, error)
