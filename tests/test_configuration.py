@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 from urllib.parse import quote
 
 import psycopg
@@ -165,3 +166,45 @@ def test_commands_run_where_the_static_directory_cannot_be_made():
     and every manage.py command, run_sender included, died of it before it began."""
     status, said = setting("STATIC_ROOT", STATIC_ROOT="/proc/zylior-static")
     assert status == 0 and "Traceback" not in said, said[-800:]
+
+
+@pytest.mark.django_db
+def test_a_live_database_connection_carries_its_timeouts_and_keepalives():
+    """What libpq itself was given for the connection the app uses: a silent network partition
+    must not hold a worker in one call for the kernel's retransmission time."""
+    with connection.cursor():
+        given = connection.connection.info.get_parameters()
+    if connection.settings_dict["HOST"].startswith("/"):
+        pytest.skip("over a Unix socket, TCP's settings do not apply")
+    assert {key: given.get(key) for key in ("connect_timeout", "keepalives", "keepalives_idle",
+                                            "tcp_user_timeout")} == {
+        "connect_timeout": "5", "keepalives": "1", "keepalives_idle": "30",
+        "tcp_user_timeout": "60000"}
+
+
+def test_a_database_host_that_never_answers_is_given_up_on_not_waited_for():
+    """A host that takes the connection and says nothing (a hung server, a half-open path):
+    connecting gives up after the connect timeout with an OperationalError, which the worker
+    waits out as any outage."""
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()  # the kernel completes the handshake; nobody ever answers
+    wrapper = DatabaseWrapper({**connection.settings_dict, "HOST": "127.0.0.1",
+                               "PORT": silent.getsockname()[1]}, alias="silent")
+    outcome: list[BaseException | None] = []
+
+    def connect() -> None:  # as Django connects, with the settings' parameters
+        try:
+            wrapper.get_new_connection(wrapper.get_connection_params()).close()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    attempt = threading.Thread(target=connect, daemon=True)
+    attempt.start()
+    attempt.join(timeout=60)
+    silent.close()
+    assert outcome, "still connecting after 60 s"
+    assert isinstance(outcome[0], psycopg.OperationalError) and "timeout" in str(outcome[0])

@@ -124,6 +124,16 @@ DATABASES = {"default": env.db_url_config(_database_url())}
 # A Unix socket directory arrives percent-encoded in the URL's host part.
 DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"] or "")
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A database that stops answering (a silent network partition, a host gone) must not hold a
+# worker in one call for the kernel's retransmission time, about 15 minutes: connecting gives up
+# after DATABASE_CONNECT_TIMEOUT seconds, TCP keepalives probe a connection that waits, and data
+# left unacknowledged for a minute breaks it (tcp_user_timeout, ms). The worker then waits the
+# database out as after a restart. A query the server is still working on is not cut: its
+# host acknowledges. Ignored over a Unix socket; the URL's own parameters win.
+for _key, _value in {"connect_timeout": env_count("DATABASE_CONNECT_TIMEOUT", default=5),
+                     "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                     "keepalives_count": 3, "tcp_user_timeout": 60_000}.items():
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(_key, _value)
 # Lets two test runs share one server (e.g. the embedded one) without sharing a test database.
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default=None)}
 # Behind PgBouncer in transaction pooling: a server session is not ours from one transaction to
