@@ -418,14 +418,27 @@ def test_a_message_whose_answer_was_lost_after_its_end_is_unknown_to_a_plain_rec
 
     handler.handle_DATA = drop_once
     campaign = approved_campaign(count=3)
+    made_unknown = unknown_in_metrics()
     run_worker(connections=1)
+    made_unknown = unknown_in_metrics() - made_unknown
     row = Send.objects.get(campaign=campaign, email_lower="person1@example.com")
     assert dropped
     if idempotent:
         assert (row.status, row.attempts) == ("sent", 2)
         assert statuses(campaign) == {"sent": 3}
+        assert made_unknown == 0
     else:
         assert row.status == "unknown"
         assert "no reply after the message's end" in row.last_error
         assert statuses(campaign) == {"sent": 2, "unknown": 1}
+        assert made_unknown == 1  # what an operator's alert on growth_messages_total counts
         assert handler.keys()[row.job_id] == 0  # this relay had not kept it: nobody can know
+
+
+def unknown_in_metrics() -> float:
+    """growth_messages_total{outcome="unknown"} summed over the transports."""
+    from prometheus_client import REGISTRY
+
+    return sum(sample.value for metric in REGISTRY.collect() if metric.name == "growth_messages"
+               for sample in metric.samples
+               if sample.name == "growth_messages_total" and sample.labels["outcome"] == "unknown")

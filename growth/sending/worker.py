@@ -123,14 +123,15 @@ class Tally:
         counts = {"sent": self.counts["sent"], "retry": self.counts["queued"],
                   "failed": self.counts["failed"],
                   "suppressed": self.counts["suppressed"] + self.claimed - self.to_send,
-                  "cancelled": self.counts["cancelled"],
+                  "cancelled": self.counts["cancelled"], "unknown": self.counts["unknown"],
                   "left to lease expiry": self.to_send - sum(self.counts.values())}
         elapsed = max(time.monotonic() - self.started, 1e-6)
         logger.debug(
-            "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, "
+            "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, unknown %d, "
             "left to lease expiry %d (%.0f/s)",
             self.campaign_id, self.claimed, counts["sent"], counts["retry"], counts["failed"],
-            counts["suppressed"], counts["left to lease expiry"], self.claimed / elapsed,
+            counts["suppressed"], counts["unknown"], counts["left to lease expiry"],
+            self.claimed / elapsed,
             extra={"campaign_id": self.campaign_id, "worker_id": worker_id,
                    "claimed": self.claimed, **{k.replace(" ", "_"): n for k, n in counts.items()}},
         )
