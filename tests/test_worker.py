@@ -131,6 +131,24 @@ def test_a_relay_that_refuses_our_login_pauses_the_campaign_and_loses_nothing(
     assert len(smtp_settings.handler.keys()) == 20
 
 
+@pytest.mark.parametrize("connections", [1, 3])
+def test_a_refused_login_is_tried_once_a_connection_not_once_a_chunk(smtp_settings, settings,
+                                                                     protocol, connections):
+    """Each failed login counts against us at the relay (fail2ban, a provider's lockout): a
+    refusal stops the batch's connections taking more chunks, and what none took goes back."""
+    settings.SENDER_HANDOFF_CHUNK = 5
+    smtp_settings.require_login("growth", "right")
+    settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = "growth", "wrong"
+    campaign = approved_campaign(count=40)
+    run_worker(batch_size=20, connections=connections)
+    campaign.refresh_from_db()
+    assert campaign.status == "paused"
+    assert statuses(campaign) == {"queued": 40}
+    assert set(Send.objects.values_list("attempts", "handed_over_at")) == {(0, None)}
+    # smtplib tries both mechanisms the relay offers on each login
+    assert 2 <= len(smtp_settings.logins) <= 2 * connections
+
+
 def test_a_sender_the_relay_refuses_pauses_that_tenants_campaign_alone(smtp_settings, settings,
                                                                        protocol):
     settings.SENDER_RETRY_FOR = 0.2  # a row's failures past this are final; a refusal is not one

@@ -155,6 +155,8 @@ class Batch:
     # rows not to be sent (an opt-out found by the claim or the hand-over), which a lease's settle
     # names as such
     withheld: set[int] = field(init=False)
+    # the transport refused us (Outcome.REFUSED): no wire takes another piece of the batch
+    refused: threading.Event = field(init=False, default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.attempts = {row.id: row.attempts for row in self.rows}
@@ -425,7 +427,7 @@ class Worker:
         size = -(-len(going) // self._wires.count) or 1
         delivering = Delivering(batch, [
             self._wires.run(lambda transport, rows=going[start:start + size]:
-                            self._render_and_send(transport, renderer, rows))
+                            self._render_and_send(transport, batch, renderer, rows))
             for start in range(0, len(going), size)])
         delivering.dealt.set()
         return delivering
@@ -460,7 +462,7 @@ class Worker:
         def take_pieces(transport: BaseTransport) -> None:
             answered: list = []  # settled with the next hand-over
             try:
-                while not broken.is_set():
+                while not (broken.is_set() or batch.refused.is_set()):
                     try:
                         piece = waiting.get_nowait()
                     except queue.Empty:
@@ -470,8 +472,13 @@ class Worker:
                 broken.set()  # what is on the other wires still settles; the rest stays
                 raise
             finally:
-                delivering.dealt.set()
-                settle_last(answered)
+                # refused: the settle pauses the campaign before the loop may claim more of it
+                if not batch.refused.is_set():
+                    delivering.dealt.set()
+                try:
+                    settle_last(answered)
+                finally:
+                    delivering.dealt.set()
 
         delivering.wires = [self._wires.run(take_pieces)
                             for _ in range(min(self._wires.count, waiting.qsize()))]
@@ -498,8 +505,8 @@ class Worker:
             # last one's rows are in doubt as after a crash ('unknown' on expiry)
             return []
         batch.tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
-        return self._send(transport, [d for d in deliveries
-                                      if handed.get(d.send_id) == Send.Status.SENDING])
+        return self._send(transport, batch, [d for d in deliveries
+                                             if handed.get(d.send_id) == Send.Status.SENDING])
 
     def _deliver_lease_by_lease(self, batch: Batch, renderer: CampaignRenderer) -> Delivering:
         """Plain receiver, on the lease protocol: the claim cut the batch into leases of a chunk
@@ -540,14 +547,14 @@ class Worker:
         withheld = {d.send_id for d in deliveries if handed.get(d.send_id) != Send.Status.SENDING}
         batch.withheld.update(withheld)
         batch.tally.add(dict.fromkeys(withheld, SUPPRESSED))
-        return [(lease, unrenderable + self._send(transport, [d for d in deliveries
-                                                              if d.send_id not in withheld]))]
+        return [(lease, unrenderable + self._send(transport, batch, [
+            d for d in deliveries if d.send_id not in withheld]))]
 
-    def _render_and_send(self, transport: BaseTransport, renderer: CampaignRenderer,
-                         rows: Sequence[Claimed]) -> list[Outcome]:
+    def _render_and_send(self, transport: BaseTransport, batch: Batch,
+                         renderer: CampaignRenderer, rows: Sequence[Claimed]) -> list[Outcome]:
         """On a wire's thread: render a share of the batch and send it; its outcomes."""
         deliveries, unrenderable = self._render(renderer, rows)
-        return unrenderable + self._send(transport, deliveries)
+        return unrenderable + self._send(transport, batch, deliveries)
 
     def _make_room(self) -> None:
         """Before a claim: settle what the wires finished, and claim only once every piece of
@@ -568,7 +575,7 @@ class Worker:
     def _land_oldest(self) -> None:
         """Wait for the oldest batch on the wires, settle it (idempotent: its one settle), and
         pause its campaign if its transport raised, once nothing of the worker's is on the
-        wires any more."""
+        wires any more; give back what no wire took once the transport refused us."""
         delivering = self._in_flight[0]
         wait(delivering.wires)
         self._in_flight.popleft()
@@ -587,6 +594,10 @@ class Worker:
         elif failed is not None:
             wait([wire for later in self._in_flight for wire in later.wires])
             self._contain(batch, failed)
+        elif batch.refused.is_set() and not self.idempotent:
+            # its settle paused the campaign: the pieces no wire took go back (an idempotent
+            # receiver's batch went on the wires whole)
+            self._give_back(batch)
         self._report(batch)
 
     def _report(self, batch: Batch) -> None:
@@ -651,6 +662,11 @@ class Worker:
         self._renderers.pop(batch.campaign_id, None)
         self._settler.drain()  # outcomes already in hand are recorded first
         Campaign.objects.pause(campaign_id=batch.campaign_id, reason=reason)
+        self._give_back(batch)
+
+    def _give_back(self, batch: Batch) -> None:
+        """Give back the batch's rows that never went out and are still ours, their attempt not
+        counted."""
         for lease in batch.leases:  # those still ours: a settled one has ended
             SendLease.objects.release(lease.id, campaign_id=batch.campaign_id,
                                       worker_id=self.worker_id, idempotent=self.idempotent)
@@ -731,12 +747,15 @@ class Worker:
             self._renderers[campaign_id] = renderer
         return renderer
 
-    def _send(self, transport: BaseTransport, deliveries: Sequence[Delivery]) -> list[Outcome]:
-        """On a wire's thread: one chunk through one connection."""
+    def _send(self, transport: BaseTransport, batch: Batch,
+              deliveries: Sequence[Delivery]) -> list[Outcome]:
+        """On a wire's thread: one chunk of the batch through one connection."""
         if not deliveries:
             return []
         started = time.perf_counter()
         outcomes = transport.send_bulk(deliveries)
+        if any(o.kind == Outcome.REFUSED for o in outcomes):
+            batch.refused.set()
         each = (time.perf_counter() - started) / len(deliveries)
         metrics.observe_each(metrics.TRANSPORT_SECONDS.labels(transport.label), each,
                              len(deliveries))
