@@ -420,8 +420,9 @@ def test_an_operator_cancelling_a_campaign_is_told_which_recipients_may_already_
     page.click('button[name="index"]')
     shot(page, "admin-campaigns-confirm-cancel-in-doubt")
     expect(page.locator(".growth-confirm")).to_contain_text(
-        "2 queued recipients will never get it (cancelled); 1 queued again after their worker "
-        "was lost may already have it: they become unknown, for you to settle; 0 on the wire")
+        "2 queued recipients will never get it (cancelled); 1 queued again after an attempt "
+        "that may have reached them may already have it: they become unknown, for you to "
+        "settle; 0 on the wire")
     page.get_by_role("button", name=re.compile(r"^Yes, ")).click()
     expect(page.locator(".messagelist")).to_contain_text(
         "1 campaign cancelled: “Winter sale” (2 queued recipients dropped; 1 in doubt, now "

@@ -16,7 +16,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from growth.models import Campaign, Send, Subscriber, Suppression
+from growth.models import Campaign, Send, SendLease, Subscriber, Suppression
 from growth.operations.campaigns import (
     TransitionRefused,
     approve_campaign,
@@ -429,3 +429,75 @@ def test_a_message_sent_before_the_transport_raised_is_not_sent_again_by_a_follo
     assert build(follow_up) == 0
     run_worker()
     assert set(Counter(a.recipient.lower() for a in smtp_settings.handler.accepted).values()) == {1}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+@pytest.mark.parametrize("stop", ["pause", "cancel"])
+def test_a_message_whose_answer_was_lost_is_in_doubt_while_it_waits_to_go_again(
+        smtp_settings, settings, protocol, stop):
+    """Idempotent receiver: the relay had the whole message and its answer never came. It goes
+    again under its key; meanwhile it may have arrived, so a follow-up (another key) must not
+    take it as never reached, and a cancel leaves it unknown."""
+    from tests.scenarios import approved_campaign, run_worker
+
+    settings.SENDER_PROTOCOL = protocol
+    settings.SENDER_IDEMPOTENT_TRANSPORT = True
+    settings.SENDER_BACKOFF_BASE = settings.SENDER_BACKOFF_MAX = 3600  # not due again in the test
+    handler = smtp_settings.handler
+    answer = type(handler).handle_DATA
+
+    async def drop_the_answer_to_person0(server, session, envelope):
+        if "person0@example.com" in [r.lower() for r in envelope.rcpt_tos]:
+            await answer(handler, server, session, envelope)  # it arrived...
+            server.transport.abort()  # ...and the answer was lost
+            return "421 4.4.2 gone"
+        return await answer(handler, server, session, envelope)
+
+    handler.handle_DATA = drop_the_answer_to_person0
+    original = approved_campaign(count=3)
+    run_worker(connections=1, batch_size=10, once=True, until_idle=False)
+    lost = Send.objects.get(campaign=original, email_lower="person0@example.com")
+    assert (lost.status, lost.attempts) == ("queued", 1)
+    assert resend_audience(original).takeable == {"in_doubt": 1}
+    (pause_campaign if stop == "pause" else cancel_campaign)(campaign_id=original.id)
+    if stop == "cancel":
+        assert Send.objects.get(id=lost.id).status == "unknown"
+    follow_up = create_follow_up(campaign_id=original.id)
+    assert build(follow_up) == 0
+    assert [a.recipient for a in handler.accepted].count("person0@example.com") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+def test_a_row_in_doubt_whose_retry_was_refused_stays_in_doubt(smtp_settings, settings, protocol):
+    """Idempotent receiver: a worker handed a row over and was lost; the retry's relay refused
+    our login. That refusal says nothing of the lost attempt: a follow-up must not take the row
+    and a cancel leaves it unknown."""
+    from tests.scenarios import run_worker
+
+    settings.SENDER_PROTOCOL = protocol
+    settings.SENDER_IDEMPOTENT_TRANSPORT = True
+    original = sending_campaign(count=3, leases=protocol == "leases")
+    if protocol == "rows":
+        (lost,) = Send.objects.claim(worker_id="dead", batch_size=1, lease=60, hand_over=True)
+        Send.objects.filter(id=lost.id).update(
+            lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+        assert Send.objects.recover_expired(idempotent=True, max_attempts=5)
+    else:
+        (lease,) = SendLease.objects.claim(worker_id="dead", campaign_id=original.id,
+                                           batch_size=1, lease=60, hand_over=True)
+        (lost,) = lease.rows
+        SendLease.objects.filter(id=lease.id).update(
+            expires_at=timezone.now() - timezone.timedelta(seconds=1))
+        assert SendLease.objects.recover(idempotent=True, max_attempts=5).freed == 1
+    smtp_settings.require_login("growth", "right")
+    settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = "growth", "wrong"
+    run_worker(batch_size=10)
+    original.refresh_from_db()
+    assert original.status == "paused"
+    assert resend_audience(original).takeable == {"queued": 2, "in_doubt": 1}
+    follow_up = create_follow_up(campaign_id=original.id)
+    assert build(follow_up) == 2 and lost.email.lower() not in addresses(follow_up)
+    cancel_campaign(campaign_id=original.id)
+    assert Send.objects.get(id=lost.id).status == "unknown"

@@ -47,9 +47,12 @@ PACED, OTHER = 1, 2  # destination ids on the copy: rows 0 and 2 go to the paced
 MAX_ATTEMPTS = 3
 SENT, TRANSIENT, PERMANENT = "sent", "transient", "permanent"
 REFUSED = "refused"  # the transport refused us: its attempt given back, due again at once
+# it went out whole and its answer was lost: 'in_doubt' to a plain receiver, 'in_doubt_retried'
+# (again under its key) to one that de-duplicates, as the worker settles it
+IN_DOUBT = "in_doubt"
 DIES, STALLS = "dies", "stalls past its lease"
 RAISES = "a wire raises"  # the worker settles what was answered: the rest has no outcome
-FATES = (SENT, TRANSIENT, REFUSED, PERMANENT, DIES, STALLS, RAISES)
+FATES = (SENT, TRANSIENT, REFUSED, IN_DOUBT, PERMANENT, DIES, STALLS, RAISES)
 FINAL = {"sent", "failed", "suppressed", "unknown", "cancelled"}
 
 
@@ -266,7 +269,7 @@ class LeaseProtocol(RuleBasedStateMachine):
     def _send(self, worker: str, hand: Hand, fate: str) -> None:
         row = hand.to_send.pop(0)
         job, address = row["job_id"], self.address[row["id"]]
-        if fate == SENT:
+        if fate in (SENT, IN_DOUBT):
             opted_out = self.opted_out_at.get(address)
             assert opted_out is None or opted_out > hand.checked_at, (  # P3
                 f"{address} opted out before the last check and got {job}")
@@ -274,7 +277,7 @@ class LeaseProtocol(RuleBasedStateMachine):
             if not absorbed and hand.epoch[row["id"]] == self.requeued[row["id"]]:
                 self.fresh[job] += 1
             self.delivered.add(job)
-        hand.outcomes[row["id"]] = fate
+        hand.outcomes[row["id"]] = "in_doubt_retried" if fate == IN_DOUBT and self.idempotent else fate
         self.tick()
 
     def _settle(self, worker: str, hand: Hand, *, answered_only: bool = False) -> None:

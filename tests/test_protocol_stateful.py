@@ -66,9 +66,11 @@ OPEN = {Send.Status.QUEUED, Send.Status.SENDING}
 # dies just before or just after the move (a send: before or after the wire); or it stalls past
 # its lease instead of moving, and another replica recovers its rows meanwhile.
 DIES_BEFORE, DIES_AFTER, STALLS = "dies before its move", "dies after its move", "stalls past its lease"
-# A refusal of us gives its attempt back as a throttle does, but is due again at once.
+# A refusal of us gives its attempt back as a throttle does, but is due again at once. A message
+# in doubt went out whole and its answer was lost: the worker settles it 'in_doubt' for a plain
+# receiver, 'in_doubt_retried' for one that de-duplicates.
 FATES = (Outcome.SENT, Outcome.TRANSIENT, Outcome.THROTTLED, Outcome.REFUSED, Outcome.PERMANENT,
-         DIES_BEFORE, DIES_AFTER, STALLS)
+         Outcome.IN_DOUBT, DIES_BEFORE, DIES_AFTER, STALLS)
 
 # (segment, address as typed). CY@ and cy@ are one address in two segments; the setup makes the
 # later row (cy@) the older subscriber, so the build must pick it over the lower id.
@@ -536,7 +538,9 @@ class SendProtocol(RuleBasedStateMachine):
         """Send the next row; ``outcome`` is the transport's answer (DIES_AFTER: it went out)."""
         state = self.workers[worker]
         row = state.to_send.pop(0)
-        if outcome in (Outcome.SENT, DIES_AFTER):
+        if outcome == Outcome.IN_DOUBT and self.idempotent:  # as the worker reads it
+            outcome = Outcome.IN_DOUBT_RETRIED
+        if outcome in (Outcome.SENT, DIES_AFTER, Outcome.IN_DOUBT, Outcome.IN_DOUBT_RETRIED):
             sent = self.receiver.accept(job_id=row.job_id, address=self.address_of[row.job_id],
                                         checked_at=state.checked_at)
             note(f"{worker} sends to {sent.address}: {'absorbed' if sent.absorbed else 'delivered'}")

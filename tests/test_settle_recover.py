@@ -249,15 +249,38 @@ def test_an_opt_out_committed_after_the_claim_is_still_honoured_at_hand_over():
     assert Send.objects.get(id=second.id).handed_over_at is not None
 
 
-@pytest.mark.django_db
-def test_a_new_claim_clears_the_previous_hand_over():
+@pytest.mark.django_db(transaction=True)  # each statement at its own time, as in a worker
+@pytest.mark.parametrize("outcome", [Outcome.TRANSIENT, Outcome.THROTTLED, Outcome.REFUSED])
+@pytest.mark.parametrize("receiver", ["plain", "idempotent"])
+def test_a_row_in_doubt_stays_in_doubt_through_an_attempt_that_failed(outcome, receiver):
+    """Handed to a receiver that de-duplicates and its worker lost, the row may have arrived.
+    A later attempt that did not deliver it says nothing of that one: queued again, the row is
+    still in doubt, and no follow-up (another key) may take it as never reached."""
     sending_campaign(count=1)
     claim_and_hand_over(worker_id="dead")
     expire_leases()
     Send.objects.recover_expired(idempotent=True, max_attempts=5)
+    lost = Send.objects.get().handed_over_at
     Send.objects.update(next_attempt_at=None)
-    Send.objects.claim(worker_id="next", batch_size=1, lease=60)
-    assert Send.objects.get().handed_over_at is None
+    claimed = Send.objects.claim(worker_id="next", batch_size=1, lease=60,
+                                 hand_over=receiver == "idempotent")
+    if receiver == "plain":
+        hand_over(claimed, worker_id="next")
+    assert Send.objects.get().handed_over_at == lost  # that hand-over's, not this one's
+    settle([Outcome(claimed[0].id, outcome, error="451 4.3.0 try later")], worker_id="next")
+    row = Send.objects.get()
+    assert (row.status, row.handed_over_at) == ("queued", lost)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("outcome", [Outcome.TRANSIENT, Outcome.THROTTLED, Outcome.REFUSED])
+def test_an_attempt_that_failed_clears_its_own_hand_over(outcome):
+    sending_campaign(count=1)
+    claimed = claim_and_hand_over(worker_id="w")
+    assert Send.objects.get().handed_over_at is not None
+    settle([Outcome(claimed[0].id, outcome, error="451 4.3.0 try later")])
+    row = Send.objects.get()
+    assert (row.status, row.handed_over_at) == ("queued", None)  # known not delivered
 
 
 @pytest.mark.django_db

@@ -27,8 +27,9 @@ class ResendForm(forms.Form):
     name = forms.CharField(max_length=MAX_NAME)
     include_unknown = forms.BooleanField(
         required=False, label="Also the recipients in doubt",
-        help_text="Unknown, or queued again after their worker was lost: their message may have "
-                  "arrived, and they may get it twice.")
+        help_text="Unknown, or queued again after an attempt whose answer was lost (its worker "
+                  "died, or the connection did): their message may have arrived, and they may "
+                  "get it twice.")
     include_new_subscribers = forms.BooleanField(
         required=False, label="Also subscribers who joined since the original was built")
 

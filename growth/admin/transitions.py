@@ -104,8 +104,8 @@ def effect(transition: Transition, campaign: Campaign) -> str:
     if campaign.recipients_built_at is None:
         return f"Nobody will get it: it would have gone to {_audience(campaign)}."
     in_doubt = Campaign.objects.queued_in_doubt(campaign_id=campaign.id)
-    doubt = (f"; {in_doubt:,} queued again after their worker was lost may already have it: they "
-             "become unknown, for you to settle" if in_doubt else "")
+    doubt = (f"; {in_doubt:,} queued again after an attempt that may have reached them may "
+             "already have it: they become unknown, for you to settle" if in_doubt else "")
     return (f"{queued - in_doubt:,} queued recipients will never get it (cancelled){doubt}; "
             f"{on_wire:,} on the wire now finish; {sent:,} already sent stay sent. This cannot "
             "be undone (a follow-up campaign can resend to the rest later).")

@@ -200,7 +200,7 @@ WITH campaign AS MATERIALIZED (
 ), ended AS MATERIALIZED (
     DELETE FROM growth_send_leases
      WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
-    RETURNING send_ids, handed_over_at
+    RETURNING send_ids, handed_over_at, takeovers
 ), unanswered AS (
     -- The lease's rows that no outcome names (a wire that raised, a worker's slip): never left
     -- queued behind the cursor, where no claim would reach them. As recovery would judge them:
@@ -228,8 +228,16 @@ UPDATE growth_sends s
    SET {{ sends._settled_outcome }},
        attempts = s.attempts + CASE WHEN r.outcome IN ('throttled', 'suppressed', 'refused')
                                     THEN 0 ELSE 1 END,
-       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'suppressed', 'refused')
-                             THEN NULL
+       -- not delivered (transient, throttled, refused), a row stays in doubt as it was, or is in
+       -- doubt if a holder of the lease before the claim that took it over handed it over and
+       -- was lost (takeovers); suppressed, it never is
+       handed_over_at = CASE WHEN r.outcome = 'suppressed' THEN NULL
+                             WHEN r.outcome IN ('transient', 'throttled', 'refused')
+                                  AND (SELECT takeovers FROM ended) > 0
+                             THEN coalesce(s.handed_over_at, (SELECT handed_over_at FROM ended),
+                                           now())
+                             WHEN r.outcome IN ('transient', 'throttled', 'refused')
+                             THEN s.handed_over_at
                              ELSE coalesce((SELECT handed_over_at FROM ended), s.handed_over_at,
                                            now()) END,
        first_attempt_at = CASE WHEN r.outcome IN ('suppressed', 'refused') THEN s.first_attempt_at

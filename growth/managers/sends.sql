@@ -273,8 +273,11 @@ UPDATE growth_sends s
        attempts         = s.attempts + CASE WHEN s.id IN (SELECT id FROM blocked) THEN 0 ELSE 1 END,
        lease_expires_at = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL
                                ELSE statement_timestamp() + make_interval(secs => %(lease)s) END,
-       handed_over_at   = CASE WHEN %(hand_over)s AND s.id NOT IN (SELECT id FROM blocked)
-                               THEN now() END,
+       -- a row in doubt (an earlier attempt was handed over and its worker lost) keeps the
+       -- time of that hand-over: the settle of this attempt tells them apart (see settle)
+       handed_over_at   = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL
+                               WHEN %(hand_over)s THEN coalesce(s.handed_over_at, now())
+                               ELSE s.handed_over_at END,
        first_attempt_at = CASE WHEN %(hand_over)s AND s.id NOT IN (SELECT id FROM blocked)
                                THEN coalesce(s.first_attempt_at, now())
                                ELSE s.first_attempt_at END,
@@ -349,7 +352,8 @@ WITH blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in
     {{ blocked }}
 )
 UPDATE growth_sends s
-   SET handed_over_at   = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL ELSE now() END,
+   SET handed_over_at   = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL
+                               ELSE coalesce(s.handed_over_at, now()) END,  -- as in the claim
        first_attempt_at = CASE WHEN s.id IN (SELECT id FROM blocked) THEN s.first_attempt_at
                                ELSE coalesce(s.first_attempt_at, now()) END,
        status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
@@ -379,11 +383,12 @@ RETURNING s.id, s.status;
 s.lease_expires_at = ANY(%(leases)s::timestamptz[])
 
 -- _retried --
--- A settled outcome r of row s that goes back to the queue: a transient failure or a throttle
--- within the retry horizon (retry_for seconds after the row's first attempt, an MTA's queue
+-- A settled outcome r of row s that goes back to the queue: a transient failure, a throttle or
+-- a message in doubt that a receiver de-duplicating on its key is to get again, within the retry
+-- horizon (retry_for seconds after the row's first attempt, an MTA's queue
 -- lifetime; attempts are counted, not capped), or a refusal of us (never the row's failure), of
 -- a campaign not cancelled.
-(((r.outcome IN ('transient', 'throttled')
+(((r.outcome IN ('transient', 'throttled', 'in_doubt_retried')
    AND now() < coalesce(s.first_attempt_at, now()) + make_interval(secs => %(retry_for)s))
   OR r.outcome = 'refused')
  AND c.status <> 'cancelled')
@@ -401,13 +406,16 @@ unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
 -- its backoff, decides when it goes; anything else retried waits an exponential backoff with
 -- +-10 per cent jitter, capped; a refusal of us (the worker pauses the campaign) at once, for
 -- when it is resumed. 'suppressed': the lease protocol's claim found the row blocked.
--- 'in_doubt': the whole message went out and no answer came, to a plain receiver (the worker
--- settles one that de-duplicates as transient): nobody knows whether it arrived.
+-- 'in_doubt': the whole message went out and no answer came, to a plain receiver: nobody knows
+-- whether it arrived. 'in_doubt_retried': the same, to a receiver that de-duplicates: it goes
+-- again under its key, and stays in doubt until sent (its hand-over kept: no follow-up takes it
+-- as never reached); cancelled, or past the horizon, it is 'unknown'.
 status = CASE
     WHEN r.outcome = 'sent' THEN 'sent'
     WHEN r.outcome = 'suppressed' THEN 'suppressed'
     WHEN r.outcome = 'in_doubt' THEN 'unknown'
     WHEN {{ _retried }} THEN 'queued'
+    WHEN r.outcome = 'in_doubt_retried' THEN 'unknown'
     WHEN r.outcome IN ('transient', 'throttled', 'refused') AND c.status = 'cancelled'
     THEN 'cancelled'
     ELSE 'failed' END,
@@ -451,9 +459,12 @@ UPDATE growth_sends s
    SET {{ _settled_outcome }},
        attempts = s.attempts - CASE WHEN r.outcome IN ('throttled', 'refused') THEN 1 ELSE 0 END,
        lease_expires_at = NULL,
-       -- a refused attempt is known not delivered: queued again, the row is not in doubt (a
-       -- follow-up may take it; see take_from_original)
-       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'refused') THEN NULL
+       -- an attempt refused is known not delivered: queued again, the row is not in doubt (a
+       -- follow-up may take it; see take_from_original), unless an earlier attempt was handed
+       -- over and its worker lost: that hand-over's time, kept by the claim, is older than the
+       -- claim's (updated_at: only the claim writes it on a row on the wire), and stays
+       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'refused')
+                                  AND s.handed_over_at >= s.updated_at THEN NULL
                              ELSE s.handed_over_at END,
        -- a refusal of us was no attempt: the row's retry horizon starts at its first real one
        first_attempt_at = CASE WHEN r.outcome = 'refused' AND r.attempt = 1 THEN NULL

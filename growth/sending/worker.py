@@ -760,8 +760,8 @@ class Worker:
         metrics.observe_each(metrics.TRANSPORT_SECONDS.labels(transport.label), each,
                              len(deliveries))
         if self.idempotent:  # a message that may have arrived goes again under its key
-            outcomes = [replace(o, kind=Outcome.TRANSIENT) if o.kind == Outcome.IN_DOUBT else o
-                        for o in outcomes]
+            outcomes = [replace(o, kind=Outcome.IN_DOUBT_RETRIED) if o.kind == Outcome.IN_DOUBT
+                        else o for o in outcomes]
         return outcomes
 
     def _hand_over(self, ids: Sequence[int], *, batch: Batch) -> dict[int, str]:

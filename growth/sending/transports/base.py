@@ -33,6 +33,9 @@ class Outcome:
     # For a receiver that de-duplicates it is retried with the same key, as a transient failure;
     # for a plain one the row becomes 'unknown' for an operator (RFC 1047's duplicate problem)
     IN_DOUBT = "in_doubt"
+    # IN_DOUBT to a receiver that de-duplicates (the worker's reading): due again under the same
+    # key, and in doubt until sent (a follow-up, under its own key, must not take it)
+    IN_DOUBT_RETRIED = "in_doubt_retried"
     # the relay or ESP refused us, not the recipient (our login, our API key, our host, its
     # certificate, our sender): not delivered, and no message of the campaign would be. The
     # row is due again at once, no attempt counted, and the worker pauses the campaign with
