@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from growth.audience.addresses import Address, email_lower, parse_address
+from growth.audience.addresses import Address, email_lower, on_the_wire, parse_address
 from growth.models import Subscriber, Suppression
 from tests.factories import AccountFactory, SegmentFactory, SubscriberFactory
 
@@ -113,3 +113,13 @@ def test_suppression_save_refuses_an_invalid_address():
     with pytest.raises(ValidationError):
         Suppression(account=account, email_lower="not an address").save()
     assert not Suppression.objects.exists()
+
+
+@pytest.mark.parametrize(("typed", "wire"), [
+    ("ana@example.com", "ana@example.com"),
+    ("john@straße.de", "john@xn--strae-oqa.de"),  # IDNA 2003 would say strasse.de
+    ("ana@bücher.example", "ana@xn--bcher-kva.example"),
+])
+def test_an_address_goes_on_the_wire_with_its_dedup_keys_domain(typed, wire):
+    assert on_the_wire(typed) == wire
+    assert email_lower(wire) == email_lower(typed)

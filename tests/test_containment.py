@@ -8,12 +8,12 @@ import subprocess
 import pytest
 from django.core.exceptions import ValidationError
 
-from growth.models import Account, Campaign, Send, Subscriber
+from growth.models import Account, Campaign, Send, Subscriber, Suppression
 from growth.sending.sender import from_header, sender_address
 from growth.sending.transports.base import BaseTransport
 from growth.sending.transports.django_mail import DjangoMailTransport
 from growth.sending.worker import Worker
-from tests.factories import AccountFactory, SubscriberFactory
+from tests.factories import AccountFactory, SegmentFactory, SubscriberFactory
 from tests.helpers import manage, subprocess_env
 from tests.scenarios import approved_campaign, statuses
 
@@ -138,6 +138,26 @@ def test_a_recipient_whose_local_part_is_not_ascii_fails_alone_and_nothing_goes_
     assert "josé@example.com cannot be mailed: its part before the @ is not ASCII" in failed.last_error
     assert sorted(a.recipient for a in smtp_settings.handler.accepted) == [
         "person0@example.com", "person1@example.com"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_recipient_domain_goes_on_the_wire_as_its_dedup_key_reads_it(smtp_settings):
+    """IDNA 2008 (the dedup key, the registries) keeps ß and the joiners; Python's codec, which
+    Django would use, reads straße.de as strasse.de: two keys, one mailbox, mailed twice, and
+    a suppression of strasse.de did not stop the straße.de row."""
+    campaign = approved_campaign(count=0)
+    segment = SegmentFactory(account=campaign.account)
+    for email in ("john@strasse.de", "john@straße.de", "ana@straße.de"):
+        SubscriberFactory(segment=segment, email=email, status="confirmed")
+    Suppression.objects.suppress(account_id=campaign.account_id, email_lower="john@strasse.de",
+                                 reason="complained")
+    Worker(batch_size=10, tick=0.05, until_idle=True).run()
+
+    assert statuses(campaign) == {"sent": 2}  # john@strasse.de: suppressed, not built
+    accepted = smtp_settings.handler.accepted
+    assert sorted(a.recipient for a in accepted) == ["ana@xn--strae-oqa.de",
+                                                     "john@xn--strae-oqa.de"]
+    assert all(a.message["To"] == a.recipient for a in accepted)
 
 
 @pytest.mark.parametrize(("name", "address", "error"), [

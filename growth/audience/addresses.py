@@ -45,6 +45,17 @@ def email_lower(raw: str) -> str:
     return parse_address(raw).email_lower
 
 
+def on_the_wire(email: str) -> str:
+    """The (valid, ASCII-local) address as mail to it is addressed: its domain in the IDNA form
+    its dedup key has (IDNA 2008, as email_validator and the registries read it). Left to
+    Django, a domain is encoded with Python's codec, IDNA 2003, which reads ``straße.de`` as
+    ``strasse.de`` and drops a joiner (U+200C, U+200D): another mailbox than the key names, so
+    two keys reached one mailbox and a suppression of it did not stop the other."""
+    if email.isascii():
+        return email
+    return validate_email(email, check_deliverability=False, allow_smtputf8=True).ascii_email
+
+
 def needs_smtputf8(email: str) -> bool:
     """Whether mail to this (valid) address needs SMTPUTF8: see SMTPUTF8_REFUSAL."""
     return not email.rpartition("@")[0].isascii()

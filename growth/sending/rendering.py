@@ -24,7 +24,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.template import Context, TemplateSyntaxError
 
-from growth.audience.addresses import SMTPUTF8_REFUSAL, needs_smtputf8
+from growth.audience.addresses import SMTPUTF8_REFUSAL, needs_smtputf8, on_the_wire
 from growth.job_ids import message_id
 from growth.sending import dkim, verp
 from growth.sending.mime import MessageLayout, OutgoingEmail
@@ -115,6 +115,7 @@ class CampaignRenderer:
                                           campaign_id=self.content.id)
         if needs_smtputf8(email):  # a row saved before the rule, or past the forms
             raise ValueError(f"{email} cannot be mailed: {SMTPUTF8_REFUSAL}")
+        recipient = on_the_wire(email)  # the template shows the address as the tenant has it
         values = {"email": email, "unsubscribe_url": unsubscribe_url}
         subject = subject_prefix + self._subject(values).strip()
         if "\n" in subject or "\r" in subject:
@@ -129,14 +130,14 @@ class CampaignRenderer:
             "List-Unsubscribe": f"<{unsubscribe_url}>",
             "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
         }
-        message = OutgoingEmail(subject=subject, body=text, from_email=self._from, to=[email],
+        message = OutgoingEmail(subject=subject, body=text, from_email=self._from, to=[recipient],
                                 headers=headers)
         if html is not None:
             message.attach_alternative(html, "text/html")
         # For ESPs (django-anymail): lets their webhooks be attributed to tenant and campaign.
         message.metadata = {"account_id": str(self.content.account_id),
                             "campaign_id": str(self.content.id), "job_id": job_id}
-        message.prebuilt = self._layout.build(to=email, subject=subject, headers=headers,
+        message.prebuilt = self._layout.build(to=recipient, subject=subject, headers=headers,
                                               text=text, html=html)
         message.envelope_from = verp.return_path(job_id)
         message.dkim_signer = self.signer
