@@ -119,7 +119,8 @@ def _recipient_of(token: str) -> tuple[UnsubscribeTarget, opt_outs.Recipient] | 
     except BadToken:
         return None
     recipient = opt_outs.find_recipient(account_id=target.account_id,
-                                        subscriber_id=target.subscriber_id)
+                                        subscriber_id=target.subscriber_id,
+                                        campaign_id=target.campaign_id)
     return None if recipient is None else (target, recipient)
 
 

@@ -115,7 +115,8 @@ def test_editing_a_subscriber_never_writes_back_an_old_status(client, staff, ten
     page = client.get(url).content.decode()
     assert 'name="status"' not in page  # read only once created
     # the recipient unsubscribes while the operator edits the address
-    Suppression.objects.unsubscribe(account_id=tenant.id, subscriber_id=subscriber.id, campaign_id=None)
+    Suppression.objects.unsubscribe(account_id=tenant.id, subscriber_id=subscriber.id,
+                                    email_lower=subscriber.email_lower, campaign_id=None)
     response = client.post(url, {"email": "Ann@Example.org", "segment": segment.id})
     assert response.status_code == 302
     subscriber.refresh_from_db()

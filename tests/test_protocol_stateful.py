@@ -456,7 +456,7 @@ class SendProtocol(RuleBasedStateMachine):
         """A recipient's opt-out, as the unsubscribe page records it."""
         Suppression.objects.unsubscribe(account_id=self.account_id,
                                         subscriber_id=self.subscribers[address][0],
-                                        campaign_id=self.campaign_id)
+                                        email_lower=address, campaign_id=self.campaign_id)
         if address not in self.opted_out_at:
             self.opted_out_at[address] = self.tick()
             note(f"{address} opts out at {self.clock}")

@@ -806,3 +806,29 @@ def test_racing_opt_outs_hand_out_one_undo_and_it_restores_every_row(world):
     assert sorted(lifted) == [False, False, False, True]
     assert not Suppression.objects.exists()
     assert set(all_statuses().values()) == {"confirmed"}
+
+
+@pytest.mark.django_db
+def test_a_link_opts_out_the_address_its_message_went_to_after_an_operator_edited_it(client):
+    """The link names a subscriber row; an operator changed the row's address since. Its click
+    comes from the address the message went to: that one is suppressed (and its rows in other
+    segments marked), not the new one."""
+    from growth.models import Campaign, Send
+    from growth.operations.campaigns import approve_campaign
+
+    account = AccountFactory()
+    edited = SubscriberFactory(segment=SegmentFactory(account=account), email="old@example.com")
+    elsewhere = SubscriberFactory(segment=SegmentFactory(account=account), email="old@example.com")
+    campaign = CampaignFactory(account=account)
+    approve_campaign(campaign_id=campaign.id)
+    assert campaign.id in Campaign.objects.start_due()
+    Send.objects.build_recipients(campaign_id=campaign.id)
+    assert Send.objects.get(campaign=campaign).subscriber_id == edited.id
+    edited.email = "new@example.com"
+    edited.save()
+    token = make_token(account_id=account.id, subscriber_id=edited.id, campaign_id=campaign.id)
+    assert "o•••@e•••.com" in client.get(url(token)).content.decode()
+    client.post(url(token), {"List-Unsubscribe": "One-Click"})
+    assert list(Suppression.objects.values_list("email_lower", flat=True)) == ["old@example.com"]
+    assert Subscriber.objects.get(id=elsewhere.id).status == "unsubscribed"
+    assert Subscriber.objects.get(id=edited.id).status == "confirmed"  # new@ did not opt out

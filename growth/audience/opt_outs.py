@@ -87,10 +87,12 @@ def lookup_address(*, account_id: int, raw: str) -> AddressLookup:
 
 @dataclass(frozen=True, slots=True)
 class Recipient:
-    """The subscriber an unsubscribe link names, in the account that sent it."""
+    """The subscriber an unsubscribe link names, in the account that sent it, and the address
+    the link's message went to (the subscriber's own, unless it was edited since)."""
 
     account: Account
     subscriber: Subscriber
+    email_lower: str
 
     @property
     def sender(self) -> str:
@@ -98,18 +100,26 @@ class Recipient:
 
     @property
     def masked_address(self) -> str:
-        return mask_address(self.subscriber.email_lower)
+        return mask_address(self.email_lower)
 
     def is_suppressed(self) -> bool:
         return Suppression.objects.filter(account=self.account,
-                                          email_lower=self.subscriber.email_lower).exists()
+                                          email_lower=self.email_lower).exists()
 
 
-def find_recipient(*, account_id: int, subscriber_id: int) -> Recipient | None:
-    """The subscriber, only if it belongs to the account; None otherwise."""
+def find_recipient(*, account_id: int, subscriber_id: int,
+                   campaign_id: int | None = None) -> Recipient | None:
+    """The subscriber, only if it belongs to the account; None otherwise. Its address is the one
+    the campaign's message went to: an operator may have edited the subscriber's since, and the
+    person who opts out from that message is its owner, not the new address's."""
     subscriber = (Subscriber.objects.filter(id=subscriber_id, account_id=account_id)
                   .select_related("account").first())
-    return None if subscriber is None else Recipient(subscriber.account, subscriber)
+    if subscriber is None:
+        return None
+    sent_to = None if campaign_id is None else (
+        Send.objects.filter(campaign_id=campaign_id, subscriber_id=subscriber_id,
+                            account_id=account_id).values_list("email_lower", flat=True).first())
+    return Recipient(subscriber.account, subscriber, sent_to or subscriber.email_lower)
 
 
 def unsubscribe(recipient: Recipient, *, campaign_id: int | None) -> UndoTarget | None:
@@ -119,7 +129,7 @@ def unsubscribe(recipient: Recipient, *, campaign_id: int | None) -> UndoTarget 
     Subscriber.DoesNotExist if the subscriber is gone (nothing is changed then)."""
     done = Suppression.objects.unsubscribe(
         account_id=recipient.account.id, subscriber_id=recipient.subscriber.id,
-        campaign_id=campaign_id)
+        email_lower=recipient.email_lower, campaign_id=campaign_id)
     if done is None:
         raise Subscriber.DoesNotExist(recipient.subscriber.id)
     if done.suppression_id is None:
@@ -130,7 +140,7 @@ def unsubscribe(recipient: Recipient, *, campaign_id: int | None) -> UndoTarget 
 
 def can_resubscribe(recipient: Recipient, undo: UndoTarget) -> bool:
     return Suppression.objects.undoable(account_id=recipient.account.id,
-                                        email_lower=recipient.subscriber.email_lower,
+                                        email_lower=recipient.email_lower,
                                         suppression_id=undo.suppression_id)
 
 
@@ -146,7 +156,7 @@ def resubscribe(recipient: Recipient, undo: UndoTarget) -> bool:
     changes. Repeating it is harmless.
     """
     return Suppression.objects.resubscribe(
-        account_id=recipient.account.id, email_lower=recipient.subscriber.email_lower,
+        account_id=recipient.account.id, email_lower=recipient.email_lower,
         suppression_id=undo.suppression_id, confirmed_ids=undo.confirmed_ids,
         pending_ids=undo.pending_ids)
 

@@ -49,12 +49,13 @@ class SuppressionManager(models.Manager):
         removed = QUERIES.one("remove", account_id=account_id, suppression_id=suppression_id)
         return removed["email_lower"] if removed else None
 
-    def unsubscribe(self, *, account_id: int, subscriber_id: int,
+    def unsubscribe(self, *, account_id: int, subscriber_id: int, email_lower: str,
                     campaign_id: int | None) -> OptOut | None:
-        """Record a recipient's opt-out; return what it changed (for its undo, see
-        ``resubscribe``), or None for an unknown subscriber."""
+        """Record the opt-out of ``email_lower``, the address the subscriber's message went to;
+        return what it changed (for its undo, see ``resubscribe``), or None for an unknown
+        subscriber."""
         done = QUERIES.one("unsubscribe", account_id=account_id, subscriber_id=subscriber_id,
-                           campaign_id=campaign_id)
+                           email_lower=email_lower, campaign_id=campaign_id)
         return OptOut.from_row(done) if done else None
 
     def undoable(self, *, account_id: int, email_lower: str, suppression_id: int) -> bool:

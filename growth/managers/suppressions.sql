@@ -38,13 +38,15 @@ RETURNING email_lower;
 
 -- unsubscribe --
 -- A recipient's opt-out: suppress the address for the tenant and mark every subscriber row of
--- that address unsubscribed, in one statement (nothing for an unknown subscriber). It says what
+-- that address unsubscribed, in one statement (nothing for an unknown subscriber). The address
+-- is the one the message went to (opt_outs.find_recipient), which is the subscriber's own unless
+-- an operator edited it since. It says what
 -- it changed, for the recipient's undo (resubscribe): the suppression it created (NULL when the
 -- address was already suppressed: nothing to undo then) and the subscriber rows it marked, by
 -- the status each had. The rows are locked in id order before they are read, so that each one's
 -- previous status is its latest.
 WITH subscriber AS (
-    SELECT account_id, email_lower
+    SELECT account_id, %(email_lower)s::text AS email_lower
       FROM growth_subscribers
      WHERE id = %(subscriber_id)s AND account_id = %(account_id)s
 ), suppressed AS (
