@@ -121,6 +121,26 @@ def test_the_report_shows_a_campaigns_name_on_one_line_without_controls():
     assert text.splitlines()[0].startswith(f"Campaign {campaign.id} “Spring ]0;owned [2J sent")
 
 
+@pytest.mark.django_db
+def test_the_report_of_a_campaign_nobody_has_says_so():
+    """0 is an id too: it was read as "not given", and the latest campaign was reported."""
+    from django.core.management import CommandError
+
+    from tests.scenarios import sending_campaign
+
+    sending_campaign(count=1, name="The latest")
+    with pytest.raises(CommandError, match="No such campaign"):
+        report("0")
+
+
+@pytest.mark.django_db
+def test_seed_demo_refuses_a_negative_count_as_a_usage_error():
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="a count is 0 or more"):
+        call_command("seed_demo", "--subscribers", "-3", stdout=StringIO())
+
+
 def figures(text: str) -> dict[str, dict[str, int]]:
     """{section heading: {label: figure}}, checking on the way that every "=" line is what the
     lines above it in its section add up to (plain and "+" lines add, "-" lines subtract)."""

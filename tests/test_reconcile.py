@@ -720,3 +720,20 @@ def test_an_export_never_shows_a_state_that_never_existed(relay, monkeypatch):
     exported = {row["email"]: row["status"] for row in map(json.loads, out.getvalue().splitlines())}
     assert exported["alice@example.org"] == exported["erin@example.com"] == "unknown"
     assert relay.statuses()[ERIN] == "sent"  # the settle went through, after the snapshot
+
+
+@pytest.mark.django_db
+def test_the_reconcile_report_shows_a_campaigns_name_on_one_line_without_controls(tmp_path):
+    from tests.scenarios import make_unknown, sending_campaign
+
+    forged = "Spring\x1b]0;owned\x07\x1b[2J\n  1000 marked sent: the relay accepted them"
+    campaign = sending_campaign(count=2, name=forged)
+    make_unknown(1)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("<nothing.of.ours@example.net>\n")
+    out = io.StringIO()
+    call_command("reconcile_unknown", "--campaign", str(campaign.id), "--message-ids", str(ids),
+                 "--dry-run", stdout=out)
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert not any(line.startswith("  1000 marked sent") for line in text.splitlines())

@@ -19,6 +19,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a count is 0 or more")
+    return value
+
+
 def port(text: str) -> int:
     try:
         value = int(text)

@@ -37,7 +37,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, campaign_id=None, outbox=None, **options):
         campaigns = Campaign.objects.select_related("account", "resend_of").order_by("-id")
-        campaign = (campaigns.filter(id=campaign_id) if campaign_id else campaigns).first()
+        campaign = (campaigns if campaign_id is None else campaigns.filter(id=campaign_id)).first()
         if campaign is None:
             raise CommandError("No such campaign.")
         counts = Campaign.objects.progress([campaign.id]).get(campaign.id, {})

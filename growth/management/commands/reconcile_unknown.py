@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from growth.models import Campaign
 from growth.reconcile.evidence import EvidenceError
 from growth.reconcile.service import Report, Source, reconcile
+from growth.sending.console import on_one_line
 
 LISTED = 20  # addresses still unknown listed one by one; beyond, a count
 
@@ -46,7 +47,8 @@ class Command(BaseCommand):
         would = "would be " if report.dry_run else ""
         if report.dry_run:
             out("Dry run: nothing was changed.")
-        out(f"Campaign {campaign.id} “{campaign.name}”, {report.source}: {evidence.lines:,} lines read.")
+        out(f"Campaign {campaign.id} “{on_one_line(campaign.name)}”, {report.source}: "
+            f"{evidence.lines:,} lines read.")
         out(f"  {len(report.marked_sent)} {would}marked sent: the relay accepted them")
         if report.refused:
             out(f"  {len(report.refused)} refused by the relay: not marked sent")

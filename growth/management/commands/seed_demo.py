@@ -17,8 +17,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from growth.audience.addresses import parse_address
+from growth.management.arguments import count
 from growth.models import Account, Campaign, Membership, Segment, Subscriber, Suppression
 from growth.operations.campaigns import approve_campaign
+from growth.sending.console import on_one_line
 
 BODY_TEXT = """Hello {{ email }},
 
@@ -44,7 +46,7 @@ class Command(BaseCommand):
             "DEBUG on or --demo-logins, demo logins for /admin/ and /app/.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--subscribers", type=int, default=10_000,
+        parser.add_argument("--subscribers", type=count, default=10_000,
                             help="Subscribers of a new demo tenant (default: 10000).")
         parser.add_argument("--seed", type=int, default=42,
                             help="Random seed of the demo audience (default: 42).")
@@ -64,7 +66,8 @@ class Command(BaseCommand):
             account=account, name=f"Monthly news #{number}", subject="What is new at Acme, {{ email }}",
             body_text=BODY_TEXT, body_html=BODY_HTML, scheduled_for=timezone.now())
         approve_campaign(campaign_id=campaign.id)
-        self.stdout.write(f"campaign {campaign.id} “{campaign.name}” approved for {account.name}")
+        self.stdout.write(f"campaign {campaign.id} “{on_one_line(campaign.name)}” approved for "
+                          f"{on_one_line(account.name)}")
         if demo_logins or settings.DEBUG:
             self._demo_logins(account)
         else:
