@@ -258,6 +258,17 @@ def test_each_failure_is_stored_as_code_and_text_or_name_and_message(exc, stored
     (ImproperlyConfigured("Missing required setting 'RESEND_API_KEY'"), "refused"),
     (smtplib.SMTPServerDisconnected("Connection unexpectedly closed"), "transient"),
     (ConnectionRefusedError(111, "Connection refused"), "transient"),
+    (smtplib.SMTPRecipientsRefused({"a@x.example": (554, b"5.7.1 <a@x.example>: Relay access denied")}),
+     "refused"),
+    # Postfix's defer_unauth_destination: about us, not a "slow down" (4.7.1 would read as one)
+    (smtplib.SMTPRecipientsRefused({"a@x.example": (454, b"4.7.1 <a@x.example>: Relay access denied")}),
+     "transient"),
+    (smtplib.SMTPRecipientsRefused({"a@x.example": (450, b"4.7.25 Client host rejected: cannot "
+                                                         b"find your hostname")}), "transient"),
+    (smtplib.SMTPRecipientsRefused({"a@x.example": (550, b"5.1.1 <a@x.example>: Recipient address "
+                                                         b"rejected: User unknown")}), "permanent"),
+    (smtplib.SMTPDataError(530, b"5.7.57 Client not authenticated to send mail"), "refused"),
+    (smtplib.SMTPDataError(554, b"5.7.1 Message rejected as spam"), "permanent"),
 ])
 def test_which_failures_refuse_us_rather_than_the_recipient(exc, kind):
     assert classify_failure(exc).kind == kind

@@ -174,6 +174,47 @@ def test_a_sender_the_relay_refuses_pauses_that_tenants_campaign_alone(smtp_sett
     assert len(smtp_settings.handler.keys()) == 8
 
 
+class RefusesAtRcpt(RecordingHandler):
+    def __init__(self, reply: str) -> None:
+        super().__init__()
+        self.reply = reply
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        return self.reply.format(sender=envelope.mail_from, recipient=address)
+
+
+class RefusesAtData(RecordingHandler):
+    def __init__(self, reply: str) -> None:
+        super().__init__()
+        self.reply = reply
+
+    async def handle_DATA(self, server, session, envelope):
+        return self.reply
+
+
+@pytest.mark.parametrize("relay", [
+    # Postfix's smtpd_delay_reject (its default) answers sender and client checks at RCPT TO
+    RefusesAtRcpt("553 5.7.1 <{sender}>: Sender address rejected: not owned by user growth"),
+    RefusesAtRcpt("554 5.7.1 <unknown[192.0.2.7]>: Client host rejected: Access denied"),
+    RefusesAtRcpt("554 5.7.1 <{recipient}>: Relay access denied"),
+    RefusesAtData("554 Message rejected: Email address is not verified. The following identities "
+                  "failed the check in region US-EAST-1: news@tenant.example"),  # Amazon SES
+    RefusesAtData("554 5.2.0 STOREDRV.Submission.Exception:SendAsDeniedException.MapiException"
+                  "SendAsDenied; Failed to process message due to a permanent exception"),  # M365
+], ids=["postfix-sender", "postfix-client", "postfix-relay", "ses-unverified", "m365-send-as"])
+def test_a_relay_that_refuses_us_after_mail_from_pauses_the_campaign_and_fails_nobody(
+        smtp_settings, settings, protocol, relay):
+    settings.SENDER_RETRY_FOR = 0.2  # a row's failures past this are final; a refusal is not one
+    smtp_settings.stop()
+    smtp_settings.handler = relay
+    smtp_settings.start()
+    campaign = approved_campaign(count=6)
+    run_worker(batch_size=6)
+    campaign.refresh_from_db()
+    assert (campaign.status, statuses(campaign)) == ("paused", {"queued": 6})
+    assert campaign.pause_reason.startswith("The transport refused us: 55")
+
+
 def test_a_mail_server_down_at_start_is_waited_for(smtp_settings, settings):
     campaign = approved_campaign(count=5)
     smtp_settings.stop()

@@ -13,6 +13,12 @@ attempt counted, and the worker pauses the campaign with the refusal for an oper
 (``Outcome.REFUSED``). Failing the rows would lose the campaign to a typo in a password;
 retrying them would knock on the relay's door with the wrong key for two days. A 4xx of the
 same kind ("454 4.7.0 Temporary authentication failure") is transient.
+A relay may say the same later, to each recipient or to the message: Postfix's
+``smtpd_delay_reject`` (on by default) answers its client, HELO and sender checks at RCPT TO
+("553 5.7.1 <news@…>: Sender address rejected: not owned by user", "Client host rejected",
+"Relay access denied"), Amazon SES at the end of DATA ("554 Message rejected: Email address is
+not verified"), Microsoft 365 too ("SendAsDeniedException", "5.7.57 Client not authenticated").
+Those texts (``_REFUSES_US_TEXT``) are read as refusals of us wherever they come.
 
 What is stored of a failure is what an operator would read in a mail server's log: an SMTP reply
 as its code, enhanced status and text ("550 5.1.1 No such user"), anything else as
@@ -60,6 +66,12 @@ _THROTTLE_STATUS = re.compile(r"^4\.(7\.\d{1,3}|2\.1|3\.2|4\.5|5\.3)$")
 _THROTTLE_TEXT = re.compile(r"\brate\b|throttl|too many (messages|connections|recipients)"
                             r"|slow down|temporarily deferred|busy", re.IGNORECASE)
 _GREYLISTED = re.compile(r"grey ?list|gray ?list", re.IGNORECASE)  # a first-contact test
+# a relay's refusal of us (our host, our sender, our login) given at RCPT TO or at DATA
+_REFUSES_US_TEXT = re.compile(
+    r"sender address rejected|client host rejected|helo command rejected|relay access denied"
+    r"|relaying denied|relay not permitted|authentication required|not authenticated"
+    r"|address is not verified|identities failed the check|sendasdenied"
+    r"|permission to send as|permissions to send as", re.IGNORECASE)
 # our account's limit with the relay or ESP, not the recipient's provider's
 _ACCOUNT_LIMIT_TEXT = re.compile(r"maximum sending rate|sending quota|throttling failure"
                                  r"|account.{0,20}(rate|limit)", re.IGNORECASE)
@@ -100,6 +112,9 @@ def classify_failure(exc: BaseException) -> Failure:
         replies = list(exc.recipients.values())
         codes = [code for code, _ in replies]
         # smtplib hangs up on a 421, whatever it says: the next message needs a new connection
+        if replies and all(_refuses_us(text) for _, text in replies):
+            return Failure(Outcome.REFUSED if min(codes) >= 500 else Outcome.TRANSIENT, error,
+                           reconnect=421 in codes)
         if replies and all(_throttling(code, text) for code, text in replies):
             return _throttled(error, reconnect=421 in codes)
         return Failure(_by_code(min(codes) if codes else 550), error, reconnect=421 in codes)
@@ -116,6 +131,9 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, smtplib.SMTPNotSupportedError | ssl.SSLCertVerificationError
                   | ImproperlyConfigured):
         return Failure(Outcome.REFUSED, error, reconnect=True)
+    if isinstance(exc, smtplib.SMTPResponseException) and _refuses_us(exc.smtp_error):
+        kind = Outcome.REFUSED if exc.smtp_code >= 500 else Outcome.TRANSIENT
+        return Failure(kind, error, reconnect=exc.smtp_code == 421)
     if isinstance(exc, smtplib.SMTPResponseException):
         # 421: the server is closing the connection (smtplib has already closed its side)
         if _throttling(exc.smtp_code, exc.smtp_error):
@@ -167,6 +185,13 @@ def _bounded(text: str) -> str:
 
 def _by_code(code: int) -> str:
     return Outcome.PERMANENT if 500 <= code < 600 else Outcome.TRANSIENT
+
+
+def _refuses_us(text: bytes | str) -> bool:
+    """Whether an SMTP reply's text refuses our host, sender or login (``_REFUSES_US_TEXT``)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return bool(_REFUSES_US_TEXT.search(str(text)))
 
 
 def _throttling(code: int, text: bytes | str) -> bool:
