@@ -366,3 +366,27 @@ def test_pages_carry_the_stylesheet_and_a_phone_viewport(client, user, tenant):
     # token may well contain "cdn", so only src and href are looked at)
     assert all(link.startswith("/") or link.startswith("#")
                for link in re.findall(r'(?:src|href)="([^"]*)"', body))
+
+
+@pytest.mark.django_db
+def test_a_tenants_export_says_what_happened_without_naming_the_platforms_hosts_or_people(client):
+    from django.utils import timezone
+
+    from growth.operations.unknown_sends import mark_not_delivered
+
+    campaign = sending_campaign(count=2)
+    Send.objects.claim(worker_id="mta-prod-eu1.internal:4242", batch_size=2, lease=60)
+    Send.objects.filter(status="sending").update(
+        lease_expires_at=timezone.now() - timezone.timedelta(seconds=1))
+    Send.objects.recover_expired(idempotent=False, max_attempts=5)  # never handed over: queued
+    Send.objects.filter(campaign=campaign).update(status="unknown")  # as if they had been
+    first = Send.objects.order_by("id").first()
+    mark_not_delivered(send_ids=[first.id], decided_by="ops.alice@platform.example")
+    client.force_login(member(campaign.account, role="viewer"))
+    response = client.get(reverse("growth:tenant:campaign-export",
+                                  args=[campaign.account.slug, campaign.id]))
+    body = b"".join(response.streaming_content).decode()
+    errors = sorted(row["last_error"] for row in csv.DictReader(io.StringIO(body)))
+    assert errors == [
+        "lease expired: the worker sending it was lost",
+        "marked failed by an operator after: lease expired: the worker sending it was lost"]

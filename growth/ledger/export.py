@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 
@@ -22,14 +23,31 @@ Value = str | int | None
 _ESCAPED_LINE_ENDS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
 
 
-def record(row: LedgerRow) -> dict[str, Value]:
-    """The row's exported fields, by column: text as stored, times in ISO 8601 (UTC)."""
+# What the platform writes into a row's error that names its own machines and people (a lost
+# worker's host and pid: sends.sql, recover_expired; an operator's login: verdicts.sql): a
+# tenant's download says what happened without them.
+_PLATFORM_NAMES = [(re.compile(r"lease expired while held by .*\Z", re.DOTALL),
+                    "lease expired: the worker sending it was lost"),
+                   (re.compile(r"marked (sent|failed) by .+? after: "),
+                    r"marked \1 by an operator after: ")]
+
+
+def for_the_tenant(error: str) -> str:
+    """A row's stored error as its tenant may read it (``_PLATFORM_NAMES``)."""
+    for pattern, replacement in _PLATFORM_NAMES:
+        error = pattern.sub(replacement, error)
+    return error
+
+
+def record(row: LedgerRow, *, tenant: bool = False) -> dict[str, Value]:
+    """The row's exported fields, by column: text as stored (``tenant``: the error as its tenant
+    may read it), times in ISO 8601 (UTC)."""
     return {
         "email": row.email,
         "status": row.status,
         "sent_at": _iso(row.sent_at),
         "attempts": row.attempts,
-        "last_error": row.last_error,
+        "last_error": for_the_tenant(row.last_error) if tenant else row.last_error,
         "job_id": row.job_id,
         "message_id": message_id(row.job_id),
         "provider_message_id": row.provider_message_id,
@@ -49,14 +67,15 @@ def csv_cell(value: Value) -> str | int:
     return spreadsheet_safe(value) if isinstance(value, str) else value
 
 
-def csv_chunks(pages: Iterable[list[LedgerRow]]) -> Iterator[str]:
-    """The header, then one chunk of CSV lines per page."""
+def csv_chunks(pages: Iterable[list[LedgerRow]], *, tenant: bool = False) -> Iterator[str]:
+    """The header, then one chunk of CSV lines per page (``tenant``: see ``record``)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(COLUMNS)
     yield _drain(buffer)
     for page in pages:
-        writer.writerows([csv_cell(value) for value in record(row).values()] for row in page)
+        writer.writerows([csv_cell(value) for value in record(row, tenant=tenant).values()]
+                         for row in page)
         yield _drain(buffer)
 
 

@@ -20,6 +20,7 @@ from growth.audience.address_files import UnreadableFile, read_csv, read_text, s
 from growth.audience.imports import import_suppressions
 from growth.audience.opt_outs import lookup_address, remove_suppression
 from growth.ledger.download import csv_download
+from growth.ledger.export import for_the_tenant
 from growth.models import Campaign, Membership, Subscriber, Suppression
 from growth.tenant.access import LOGIN_URL, member_view
 from growth.tenant.forms import AddSuppressionsForm, ImportSuppressionsForm, LookupForm, SuppressAddressForm
@@ -165,7 +166,7 @@ def campaign_export(request: HttpRequest, member: Membership, campaign_id: int) 
     """Who got what in one of the account's campaigns, as CSV, streamed page by page (a campaign
     can have millions of recipients). Another tenant's campaign is a 404, like a missing one."""
     campaign = get_object_or_404(Campaign.objects.only("id"), pk=campaign_id, account=member.account)
-    return csv_download(campaign.id)
+    return csv_download(campaign.id, tenant=True)
 
 
 @require_GET
@@ -212,9 +213,9 @@ def _lookup_page(request: HttpRequest, member: Membership, form: LookupForm,
     suppress_form = None
     if result and result.suppression is None and member.can_edit:
         suppress_form = SuppressAddressForm(initial={"email": result.email_lower})
+    reason = failure and read_error(for_the_tenant(failure.last_error))
     response = _page(request, member, "lookup.html", form=form, result=result, error=error,
-                     failure=failure, failure_reason=failure and read_error(failure.last_error),
-                     suppress_form=suppress_form)
+                     failure=failure, failure_reason=reason, suppress_form=suppress_form)
     response.status_code = status
     return response
 
