@@ -199,3 +199,24 @@ def test_a_large_list_goes_in_whole_in_one_statement(django_assert_max_num_queri
         report = import_subscribers(segment_id=segment.id, status="confirmed", addresses=addresses)
     assert len(report.accepted) == 5000
     assert Subscriber.objects.filter(segment=segment).count() == 5000
+
+
+@pytest.mark.django_db
+def test_an_import_into_another_segment_does_not_subscribe_again_who_unsubscribed():
+    """Ana unsubscribed from the newsletter; the tenant lifted the suppression since (the page
+    says she stays unsubscribed). A webinar list that holds her must not make her a confirmed
+    subscriber again: the next campaign to the webinar segment would mail her."""
+    from growth.audience.opt_outs import find_recipient, remove_suppression, unsubscribe
+
+    newsletter = SegmentFactory()
+    webinar = SegmentFactory(account=newsletter.account)
+    ana = SubscriberFactory(segment=newsletter, email="ana@example.com")
+    unsubscribe(find_recipient(account_id=ana.account_id, subscriber_id=ana.id), campaign_id=None)
+    remove_suppression(account_id=ana.account_id,
+                       suppression_id=Suppression.objects.get(email_lower="ana@example.com").id)
+    report = import_subscribers(segment_id=webinar.id, status="confirmed",
+                                addresses=read_csv(io.BytesIO(b"email\nANA@example.com\nbo@example.com\n")))
+    assert [e.address.email_lower for e in report.accepted] == ["bo@example.com"]
+    assert [(d.email, d.why) for d in report.duplicates] == [
+        ("ANA@example.com", "unsubscribed from this sender: only they can subscribe again")]
+    assert not Subscriber.objects.filter(segment=webinar, email_lower="ana@example.com").exists()

@@ -44,7 +44,8 @@ class ImportReport:
 def import_subscribers(*, segment_id: int, addresses: AddressList, status: str,
                        skip_invalid: bool = False, check_only: bool = False) -> ImportReport:
     """Add the list's new addresses to a segment with ``status``; an address already in the
-    segment is a duplicate and keeps its row as it is (an import never re-subscribes anyone)."""
+    segment is a duplicate and keeps its row as it is, and one that unsubscribed from the tenant
+    is not added (an import never re-subscribes anyone)."""
     if status not in IMPORTABLE_STATUSES:
         raise ValidationError({"status": "Imported subscribers are pending or confirmed."})
     if not Segment.objects.filter(id=segment_id).exists():
@@ -55,7 +56,19 @@ def import_subscribers(*, segment_id: int, addresses: AddressList, status: str,
         lambda entries: Subscriber.objects.add_many(
             segment_id=segment_id, status=status,
             addresses=[(e.address.email, e.address.email_lower) for e in entries]),
-        already="already in the segment", skip_invalid=skip_invalid, check_only=check_only)
+        already="already in the segment", skip_invalid=skip_invalid, check_only=check_only,
+        why_not=lambda keys: _unsubscribed(segment_id, keys))
+
+
+def _unsubscribed(segment_id: int, keys: set[str]) -> dict[str, str]:
+    """Which of these addresses, not in the segment, were left out because they unsubscribed
+    from the tenant."""
+    account_id = Segment.objects.filter(id=segment_id).values_list("account_id", flat=True)
+    tenants = Subscriber.objects.filter(account_id__in=account_id, email_lower__in=keys)
+    in_segment = set(tenants.filter(segment_id=segment_id).values_list("email_lower", flat=True))
+    unsubscribed = tenants.filter(status=Subscriber.Status.UNSUBSCRIBED)
+    return {key: "unsubscribed from this sender: only they can subscribe again"
+            for key in unsubscribed.values_list("email_lower", flat=True) if key not in in_segment}
 
 
 def import_suppressions(*, account_id: int, addresses: AddressList,
@@ -87,16 +100,21 @@ def _mailable(addresses: AddressList) -> AddressList:
 
 
 def _import(addresses: AddressList, insert: Callable[[Sequence[Entry]], set[str]], *,
-            already: str, skip_invalid: bool, check_only: bool) -> ImportReport:
+            already: str, skip_invalid: bool, check_only: bool,
+            why_not: Callable[[set[str]], dict[str, str]] | None = None) -> ImportReport:
+    """``why_not``: of the keys not inserted, those left out for another reason than
+    ``already``, with it."""
     keep = not check_only and (skip_invalid or not addresses.invalid)
     with transaction.atomic():
         inserted = insert(addresses.entries)
         if not keep:
             transaction.set_rollback(True)
+    skipped = {e.address.email_lower for e in addresses.entries} - set(inserted)
+    reasons = why_not(skipped) if why_not and skipped else {}
     accepted = [e for e in addresses.entries if e.address.email_lower in inserted]
     duplicates = [Duplicate(r.line, r.email, f"repeats line {r.first_line}")
                   for r in addresses.repeats]
-    duplicates += [Duplicate(e.line, e.address.email, already)
+    duplicates += [Duplicate(e.line, e.address.email, reasons.get(e.address.email_lower, already))
                    for e in addresses.entries if e.address.email_lower not in inserted]
     duplicates.sort(key=lambda d: d.line)
     return ImportReport(accepted=accepted, duplicates=duplicates, invalid=addresses.invalid,

@@ -15,7 +15,8 @@ class SubscriberManager(models.Manager):
     def add_many(self, *, segment_id: int, addresses: Sequence[tuple[str, str]],
                  status: str) -> set[str]:
         """Insert (email, email_lower) pairs into a segment in one statement; return the keys
-        inserted. Addresses already in the segment are left exactly as they are."""
+        inserted. Addresses already in the segment are left exactly as they are; one that
+        unsubscribed from the tenant is not added."""
         if not addresses:
             return set()
         return set(QUERIES.column("add_many", segment_id=segment_id, status=status,

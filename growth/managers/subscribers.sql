@@ -3,12 +3,19 @@
 
 -- add_many --
 -- An import: every new address of the segment, in one statement (all or nothing). An address
--- already in the segment keeps its row, status included: an import never re-subscribes anyone.
+-- already in the segment keeps its row, status included, and one that unsubscribed from any
+-- segment of the tenant is not added: an import never re-subscribes anyone (a suppression
+-- lifted since does not subscribe them again either; only they can).
 INSERT INTO growth_subscribers (account_id, segment_id, email, email_lower, status)
 SELECT g.account_id, g.id, r.email, r.email_lower, %(status)s
   FROM growth_segments g,
        unnest(%(emails)s::text[], %(email_lowers)s::text[]) AS r(email, email_lower)
  WHERE g.id = %(segment_id)s
+   AND NOT EXISTS (SELECT 1
+                     FROM growth_subscribers u
+                    WHERE u.account_id = g.account_id
+                      AND u.email_lower = r.email_lower
+                      AND u.status = 'unsubscribed')
 ON CONFLICT (segment_id, email_lower) DO NOTHING
 RETURNING email_lower;
 
