@@ -1,5 +1,6 @@
-"""A fake ESP HTTP API on loopback, speaking just enough of Resend's and Brevo's send endpoints
-for django-anymail, and de-duplicating on their idempotency keys as the real ones do."""
+"""A fake ESP HTTP API on loopback, speaking just enough of Resend's, Brevo's and Amazon SES's
+(v2) send endpoints for django-anymail, and de-duplicating on Resend's and Brevo's idempotency
+keys as the real ones do (SES has none)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ class Request:
 class FakeESP:
     requests: list[Request] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)  # scripted answers, then 200/201
+    # with them, Amazon SES's error codes ("x-amzn-ErrorType"), and their messages
+    error_codes: list[tuple[str, str]] = field(default_factory=list)
     # scripted misbehaviour of the next requests, after the message was taken: "stall" (the
     # answer comes after stall_for seconds), "garbled" (a success whose body is not JSON)
     misbehaviour: list[str] = field(default_factory=list)
@@ -37,8 +40,12 @@ class FakeESP:
                 esp.requests.append(Request(self.path, dict(self.headers), body))
                 status = esp.statuses.pop(0) if esp.statuses else None
                 if status and status >= 400:
-                    return self._answer(status, {"message": "scripted failure"},
-                                        {"Retry-After": "7"} if status == 429 else {})
+                    code, text = (esp.error_codes.pop(0) if esp.error_codes
+                                  else ("", "scripted failure"))
+                    headers = {"Retry-After": "7"} if status == 429 else {}
+                    if code:
+                        headers["x-amzn-ErrorType"] = f"{code}:"
+                    return self._answer(status, {"message": text}, headers)
                 key = self.headers.get("Idempotency-Key") or body.get("headers", {}).get(
                     "idempotencyKey")
                 message_id = esp.ids_by_key.setdefault(key or str(uuid.uuid4()), str(uuid.uuid4()))
@@ -49,6 +56,8 @@ class FakeESP:
                     return self._answer(200, None, body=b"<html>200 OK</html>")
                 if self.path.endswith("smtp/email"):
                     return self._answer(201, {"messageId": f"<{message_id}@smtp-relay.test>"})
+                if self.path.endswith("outbound-emails"):  # Amazon SES
+                    return self._answer(200, {"MessageId": message_id})
                 return self._answer(200, {"id": message_id})
 
             def _answer(self, status, payload, headers=None, body=None):

@@ -77,6 +77,76 @@ def test_a_key_the_provider_does_not_take_refuses_us_once_for_the_whole_chunk(es
     assert len(esp.requests) == 1
 
 
+SES = "anymail.backends.amazon_ses.EmailBackend"
+
+
+@pytest.fixture
+def ses(settings, esp):
+    """Amazon SES's v2 API on the fake, through anymail and boto3, as the settings configure it
+    (one attempt a request: boto3 must not send a request again by itself)."""
+    from botocore.config import Config
+
+    settings.ANYMAIL = {"AMAZON_SES_CLIENT_PARAMS": {
+        "endpoint_url": esp.url.rstrip("/"), "region_name": "us-east-1",
+        "aws_access_key_id": "AKIAEXAMPLE", "aws_secret_access_key": "secret",
+        "config": Config(retries={"total_max_attempts": 1}, read_timeout=0.5)}}
+    return esp
+
+
+def test_a_rendered_message_goes_out_through_amazon_ses(ses):
+    """anymail's SES backend rewrites Django's MIME message: it got our prebuilt bytes instead,
+    and every send failed with a TypeError (retried for 48 hours, then failed)."""
+    import base64
+
+    (outcome,) = DjangoMailTransport(backend=SES).send_bulk([delivery()])
+    assert outcome.kind == Outcome.SENT, outcome.error
+    (request,) = ses.requests
+    raw = base64.b64decode(request.body["Content"]["Raw"]["Data"])
+    message = message_from_bytes(raw)
+    assert message["To"] == "ana@example.com" and message["Idempotency-Key"] == "campaign:7:42"
+
+
+@pytest.mark.parametrize(("status", "code", "text", "kind"), [
+    (403, "InvalidClientTokenId", "The security token included in the request is invalid.",
+     "refused"),
+    (403, "AccessDeniedException", "User: arn:aws:iam::1:user/growth is not authorized to "
+                                   "perform: ses:SendEmail", "refused"),
+    (400, "MessageRejected", "Email address is not verified. The following identities failed "
+                             "the check in region US-EAST-1: news@acme.example", "refused"),
+    (400, "SendingPausedException", "Sending is paused for this account.", "refused"),
+    (429, "TooManyRequestsException", "Maximum sending rate exceeded.", "throttled"),
+    (400, "BadRequestException", "Illegal address", "permanent"),
+    (500, "InternalFailure", "Internal failure", "transient"),
+])
+def test_amazon_ses_answers_are_read_by_their_status_and_code(ses, status, code, text, kind):
+    ses.statuses, ses.error_codes = [status], [(code, text)]
+    outcomes = DjangoMailTransport(backend=SES).send_bulk([delivery("campaign:7:1")])
+    assert [o.kind for o in outcomes] == [kind], outcomes[0].error
+    assert len(ses.requests) == 1
+
+
+def test_an_amazon_ses_request_whose_answer_is_lost_is_in_doubt_and_sent_once(ses):
+    """SES keeps no idempotency key: a request whose answer never came may have been sent."""
+    ses.misbehaviour, ses.stall_for = ["stall"], 1.5
+    (outcome,) = DjangoMailTransport(backend=SES).send_bulk([delivery("campaign:7:1")])
+    assert outcome.kind == Outcome.IN_DOUBT, outcome.error
+    assert len(ses.requests) == 1
+
+
+def test_amazon_ses_is_configured_to_send_each_request_once():
+    """boto3's default sends a request again when its answer is late or a 5xx: SES, which keeps
+    no key, would deliver the message twice."""
+    import subprocess
+
+    from tests.helpers import manage, subprocess_env
+
+    shown = subprocess.run(
+        manage("shell", "-c", "from django.conf import settings; "
+               "print(settings.ANYMAIL['AMAZON_SES_CLIENT_PARAMS']['config'].retries)"),
+        env=subprocess_env(EMAIL_BACKEND=SES), capture_output=True, text=True, timeout=120)
+    assert shown.stdout.strip().splitlines()[-1] == "{'total_max_attempts': 1}", shown.stderr
+
+
 def test_a_provider_without_its_settings_refuses_us(settings):
     settings.ANYMAIL = {}
     # as a worker's wire: its backend is made by the first send

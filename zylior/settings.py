@@ -161,6 +161,14 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="growth@localhost")
 ANYMAIL = env.dict("ANYMAIL", default={})
 # The feedback webhooks' secrets may also come one variable each, ANYMAIL_<anymail's name>; such
 # a variable wins over the same key in ANYMAIL.
+# Amazon SES keeps no idempotency key, and boto3 sends a request again by itself when its answer
+# is late or a 5xx: each a second copy to a recipient. One attempt a request: the engine retries,
+# and a request whose answer was lost is in doubt, not sent again (errors.py).
+if "amazon_ses" in EMAIL_BACKEND:
+    from botocore.config import Config as _BotoConfig
+
+    ANYMAIL.setdefault("AMAZON_SES_CLIENT_PARAMS", {}).setdefault(
+        "config", _BotoConfig(retries={"total_max_attempts": 1}))
 for _name, _read in {"WEBHOOK_SECRET": env.list, "MAILGUN_WEBHOOK_SIGNING_KEY": env.str,
                      "RESEND_SIGNING_SECRET": env.str,
                      "AMAZON_SES_AUTO_CONFIRM_SNS_SUBSCRIPTIONS": env.bool}.items():

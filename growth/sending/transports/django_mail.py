@@ -52,6 +52,9 @@ class DjangoMailTransport(BaseTransport):
         self.idempotency_window = getattr(backend_class, "idempotency_window", None)
         self.waits_on_a_wire = getattr(backend_class, "waits_on_a_wire",
                                        backend_class.__module__ not in LOCAL_BACKENDS)
+        # an ESP's API builds the message from its fields (Amazon SES: from Django's MIME
+        # message, which it rewrites): the prebuilt bytes are not for it
+        self._builds_its_own = _is_anymail(backend_class)
         self._label = f"django_mail:{backend_class.__module__}.{backend_class.__name__}"
 
     @property
@@ -129,6 +132,8 @@ class DjangoMailTransport(BaseTransport):
 
     def _send_one(self, delivery: Delivery) -> Outcome:
         message = delivery.message
+        if self._builds_its_own and isinstance(message, OutgoingEmail):
+            message.prebuilt = None
         try:
             if self._plain_smtp() and isinstance(message, OutgoingEmail):
                 accepted = self._sendmail(message)
@@ -148,6 +153,14 @@ class DjangoMailTransport(BaseTransport):
         provider_id = (status.message_id if status is not None and status.message_id
                        else message.extra_headers["Message-ID"])
         return Outcome(delivery.send_id, Outcome.SENT, provider_message_id=str(provider_id))
+
+
+def _is_anymail(backend_class: type) -> bool:
+    try:
+        from anymail.backends.base import AnymailBaseBackend
+    except ImportError:  # pragma: no cover - django-anymail is optional at import time
+        return False
+    return issubclass(backend_class, AnymailBaseBackend)
 
 
 def _signed(signer, data: bytes) -> bytes:

@@ -54,6 +54,10 @@ try:  # django-anymail (and requests, which it brings) are optional at import ti
     from anymail import exceptions as anymail_errors
 except ImportError:  # pragma: no cover
     anymail_errors = requests = None
+try:  # boto3's, for Amazon SES through anymail
+    from botocore import exceptions as boto_errors
+except ImportError:  # pragma: no cover
+    boto_errors = None
 
 MAX_ERROR = 500  # characters of a failure kept on the row
 _ENHANCED = re.compile(r"[245]\.\d{1,3}\.\d{1,3}(?=\s|$)")
@@ -215,6 +219,27 @@ def _throttled(error: str, *, reconnect: bool = False, retry_after: float | None
                    retry_after=retry_after)
 
 
+def _ses_answer(exc) -> tuple[int | None, str]:
+    """Amazon SES's answer to an anymail request (boto3's error: its HTTP status and error code;
+    anymail's own status_code is None for it)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return None, ""
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return (status if isinstance(status, int) else None), str(response.get("Error", {})
+                                                               .get("Code", ""))
+
+
+def _sent_without_answer(exc) -> bool:
+    """The request went out whole and its answer never came (requests' ReadTimeout; boto3's
+    read timeout or connection closed before the answer, as anymail's SES backend's cause)."""
+    causes = (exc, exc.__cause__)
+    return any((requests is not None and isinstance(cause, requests.exceptions.ReadTimeout))
+               or (boto_errors is not None and isinstance(
+                   cause, boto_errors.ReadTimeoutError | boto_errors.ConnectionClosedError))
+               for cause in causes)
+
+
 def _retry_after(exc) -> float | None:
     """An HTTP answer's Retry-After, in seconds (the delay form; a date is read as absent)."""
     response = getattr(exc, "response", None)
@@ -225,17 +250,28 @@ def _retry_after(exc) -> float | None:
         return None
 
 
+# Amazon SES's error codes that refuse our account or sender, whatever their HTTP status
+_SES_REFUSALS = {"AccountSuspendedException", "SendingPausedException",
+                 "AccountSendingPausedException", "MailFromDomainNotVerifiedException"}
+_SES_THROTTLES = {"Throttling", "TooManyRequestsException", "LimitExceededException"}
+
+
 def _anymail(exc, error: str) -> Failure:
     status = getattr(exc, "status_code", None)
-    if status in (401, 403):
+    ses_status, ses_code = _ses_answer(exc)
+    status = status if status is not None else ses_status
+    if _sent_without_answer(exc):
+        return Failure(Outcome.IN_DOUBT, error)
+    if ses_code in _SES_THROTTLES:
+        return _throttled(error, scope=Outcome.TRANSPORT)
+    if status in (401, 403) or ses_code in _SES_REFUSALS or (
+            status is not None and 400 <= status < 500 and _refuses_us(error)):
         return Failure(Outcome.REFUSED, error)
     if isinstance(exc, anymail_errors.AnymailRecipientsRefused | anymail_errors.AnymailInvalidAddress
                   | anymail_errors.AnymailUnsupportedFeature):
         return Failure(Outcome.PERMANENT, error)
-    # the request went out and its answer did not come, or came as a success we cannot read
-    if (requests is not None and isinstance(exc, requests.exceptions.ReadTimeout)) or (
-            isinstance(exc, anymail_errors.AnymailAPIError) and status is not None
-            and 200 <= status < 300):
+    # the answer came as a success we cannot read
+    if isinstance(exc, anymail_errors.AnymailAPIError) and status is not None and 200 <= status < 300:
         return Failure(Outcome.IN_DOUBT, error)
     if status == 429:  # the ESP's limit on our account
         return _throttled(error, retry_after=_retry_after(exc), scope=Outcome.TRANSPORT)
