@@ -99,6 +99,13 @@ class Fleet:
     def alive(self) -> int:
         return sum(1 for p in self._processes.values() if p.poll() is None)
 
+    def names(self) -> list[str]:
+        return sorted(self._log_paths)
+
+    def last_lines(self, name: str, count: int = 5) -> list[str]:
+        """The last lines its current worker wrote, for a report of a run that went wrong."""
+        return self._log(name).splitlines()[-count:]
+
     def _log(self, name: str) -> str:
         return self._log_paths[name].read_text(errors="replace")
 

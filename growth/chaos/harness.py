@@ -100,7 +100,8 @@ def _drive(config, campaign_id, expected, receiver, fleet, optouts, events) -> N
     terminated = restarted = False
     while not _finished(campaign_id):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the campaign did not finish in {config.timeout:.0f} s")
+            raise TimeoutError(f"the campaign did not finish in {config.timeout:.0f} s; "
+                               f"{_where_it_stands(campaign_id, receiver, fleet)}")
         progress = receiver.delivered_count() / expected
         now = time.monotonic()
         if now >= next_kill:
@@ -115,6 +116,17 @@ def _drive(config, campaign_id, expected, receiver, fleet, optouts, events) -> N
             _quietly(lambda: optouts.round(config.optouts_per_round))
             next_optout = now + config.optout_every
         time.sleep(POLL)
+
+
+def _where_it_stands(campaign_id: int, receiver, fleet) -> str:
+    """What a run that timed out leaves to read: the campaign, its rows, and each worker's last
+    lines."""
+    campaign = _quietly(lambda: Campaign.objects.filter(id=campaign_id)
+                        .values("status", "pause_reason").first())
+    rows = _quietly(lambda: Campaign.objects.progress([campaign_id]).get(campaign_id))
+    tails = {name: fleet.last_lines(name) for name in fleet.names()}
+    return (f"campaign {campaign}, rows {rows}, {receiver.delivered_count()} delivered; "
+            f"workers' last lines: {tails}")
 
 
 def _finished(campaign_id: int) -> bool:
