@@ -85,12 +85,17 @@ pidfile = {workdir}/pgbouncer.pid
         args = [PGBOUNCER, config]
         if os.geteuid() == 0:
             args[1:1] = ["-u", user]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Its stderr into a file, never a pipe: pgbouncer logs there too, and once a pipe nobody
+        # reads was full (64 KB: a database restart's flood of "server login has been failing"),
+        # it blocked on the write and answered no client any more.
+        stderr = workdir / "pgbouncer.stderr"
+        with stderr.open("wb") as sink:
+            self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=sink)
         self.log = workdir / "pgbouncer.log"
         try:
             wait_until_listening(self.port, timeout=20, process=self.process)
         except RuntimeError:
-            raise RuntimeError(f"pgbouncer exited: {self.process.stderr.read().decode()}") from None
+            raise RuntimeError(f"pgbouncer exited: {stderr.read_text(errors='replace')}") from None
 
     def database_url(self, name: str | None = None) -> str:
         db = connection.settings_dict
