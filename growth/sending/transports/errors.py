@@ -193,18 +193,19 @@ def _by_code(code: int) -> str:
 
 def _refuses_us(text: bytes | str) -> bool:
     """Whether an SMTP reply's text refuses our host, sender or login (``_REFUSES_US_TEXT``)."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    return bool(_REFUSES_US_TEXT.search(str(text)))
+    return bool(_REFUSES_US_TEXT.search(_reply_text(text)))
+
+
+def _reply_text(text: bytes | str) -> str:
+    """An SMTP reply's text as smtplib gives it (bytes, usually), decoded."""
+    return text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
 
 
 def _throttling(code: int, text: bytes | str) -> bool:
     """Whether an SMTP reply asks us to slow down (a 4xx whose enhanced status or text says so)."""
     if not 400 <= code < 500:
         return False
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    text = str(text).strip()
+    text = _reply_text(text).strip()
     if _GREYLISTED.search(text):
         return False
     status = _ENHANCED.match(text)
