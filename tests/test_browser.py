@@ -430,3 +430,42 @@ def test_an_operator_cancelling_a_campaign_is_told_which_recipients_may_already_
     assert Send.objects.get(id=lost.id).status == "unknown"
     assert LogEntry.objects.get().change_message == (
         "Cancelled (2 queued recipients dropped; 1 in doubt, now unknown).")
+
+
+def test_an_operator_reads_why_the_transport_paused_a_campaign(page):
+    """The relay refused our login: the worker paused the campaign. Its page says the fault is
+    the transport's, not the recipients', what to mend, and that nothing was sent or counted."""
+    from playwright.sync_api import expect
+
+    from growth.sending.transports.errors import refusal_reason
+
+    campaign = sending_campaign(count=3, name="Winter sale")
+    Campaign.objects.pause(campaign_id=campaign.id,
+                           reason=refusal_reason("535 5.7.8 Authentication credentials invalid"))
+    operator(campaign.account, username="olga")
+    log_in(page, reverse("admin:growth_campaign_change", args=[campaign.pk]), "olga")
+    banner = page.locator(".growth-pause-reason")
+    expect(banner).to_contain_text("the mail server or provider refused us, not the recipients")
+    expect(banner).to_contain_text(
+        "The transport refused us: 535 5.7.8 Authentication credentials invalid")
+    expect(banner).to_contain_text("Fix the transport (its login or API key, its TLS")
+    shot(page, "admin-campaign-refused-by-transport")
+
+
+def test_a_recipient_whose_address_an_operator_changed_unsubscribes_the_address_mailed(page):
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="acme-books", from_name="Acme Books")
+    subscriber = SubscriberFactory(segment=SegmentFactory(account=account), email="old@example.com")
+    campaign = CampaignFactory(account=account)
+    approve_campaign(campaign_id=campaign.id)
+    assert campaign.id in Campaign.objects.start_due()
+    Send.objects.build_recipients(campaign_id=campaign.id)
+    subscriber.email = "new@example.com"
+    subscriber.save()
+    token = make_token(account_id=account.id, subscriber_id=subscriber.id, campaign_id=campaign.id)
+    page.goto(reverse("growth:unsubscribe", args=[token]))
+    expect(page.locator("main")).to_contain_text("o•••@e•••.com")  # the address mailed
+    page.get_by_role("button", name="Unsubscribe").click()
+    expect(page.locator("h1")).to_have_text("You are unsubscribed")
+    assert list(Suppression.objects.values_list("email_lower", flat=True)) == ["old@example.com"]
