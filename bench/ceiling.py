@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.procs import timed_pool
+from growth.managers.sends import NEVER_FORGOTTEN
 
 SENDS_SQL = Path(__file__).resolve().parent.parent / "growth" / "managers" / "sends.sql"
 LEASE = 300.0  # seconds, the engine's default
@@ -38,7 +39,7 @@ def work(index: int, ready, conninfo: str, batch_size: int, hand_over: bool) -> 
         campaign_id = conn.execute(
             "SELECT id FROM growth_campaigns WHERE status = 'sending'").fetchone()["id"]
         claim = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-                 "campaign_id": campaign_id, "hand_over": False, "after": 0}
+                 "campaign_id": campaign_id, "hand_over": False, **NEVER_FORGOTTEN, "after": 0}
         ready()
         settled = 0
         while True:

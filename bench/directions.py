@@ -79,6 +79,7 @@ from django.db import connection
 
 from bench.procs import timed_pool
 from growth.managers.queries import split_settings
+from growth.managers.sends import NEVER_FORGOTTEN
 
 HERE = Path(__file__).resolve().parent
 SENDS_SQL = HERE.parent / "growth" / "managers" / "sends.sql"
@@ -334,7 +335,7 @@ def work(index: int, ready, conninfo: str, key: str, batch_size: int, campaign_i
     settle = NO_FLUSH_WAIT + (PLAN_FIX if direction.plan_fix else "") + sql[settle_name]
     worker_id = f"direction-{key}-{index}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-              "campaign_id": campaign_id, "hand_over": True, "after": 0,
+              "campaign_id": campaign_id, "hand_over": True, **NEVER_FORGOTTEN, "after": 0,
               "chunk_size": batch_size, **UNPACED}
     with psycopg.connect(conninfo, autocommit=True, cursor_factory=psycopg.ClientCursor,
                          row_factory=dict_row) as conn:
@@ -432,7 +433,7 @@ def cost(key: str, *, campaign_id: int, size: int, batch_size: int) -> dict:
     sql = statements()
     worker_id = f"cost-{key}"
     params = {"worker_id": worker_id, "batch_size": batch_size, "lease": LEASE,
-              "campaign_id": campaign_id, "hand_over": True, "after": 0,
+              "campaign_id": campaign_id, "hand_over": True, **NEVER_FORGOTTEN, "after": 0,
               "chunk_size": batch_size, **UNPACED}
     state = "dir_state" if direction.split else "dir_sends"
     key_column = "send_id" if direction.split else "id"

@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from bench import data, engine
 from growth.managers.campaigns import QUERIES as CAMPAIGN_QUERIES
 from growth.managers.queries import split_settings
+from growth.managers.sends import NEVER_FORGOTTEN
 from growth.managers.sends import QUERIES as SEND_QUERIES
 from growth.models import Campaign
 
@@ -192,7 +193,7 @@ def _statements(batch_size: int) -> list[tuple[str, float, str]]:
     with transaction.atomic():
         ms, plan = _explain(SEND_QUERIES["claim_any"],
                             {"worker_id": worker, "batch_size": batch_size, "lease": 300.0,
-                             "campaign_id": None, "hand_over": False})
+                             "campaign_id": None, "hand_over": False, **NEVER_FORGOTTEN})
         results.append(("claim", ms, plan))
         with connection.cursor() as cursor:
             cursor.execute("SELECT id, attempts, campaign_id, lease_expires_at FROM growth_sends"
@@ -243,7 +244,7 @@ def settle_half(rows: int, batch_size: int) -> None:
         while done < rows:
             cursor.execute(SEND_QUERIES["claim_any"],
                            {"worker_id": "half", "batch_size": batch_size, "lease": 300.0,
-                            "campaign_id": None, "hand_over": False})
+                            "campaign_id": None, "hand_over": False, **NEVER_FORGOTTEN})
             columns = [column.name for column in cursor.description]
             claimed = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
             ids = [row["id"] for row in claimed]

@@ -50,7 +50,7 @@ from bench import admin_pages, build, data, engine, export, pacing
 from growth.managers.leases import QUERIES as LEASE_QUERIES
 from growth.managers.leases import UNPACED, Pacing
 from growth.managers.queries import split_settings
-from growth.managers.sends import QUERIES
+from growth.managers.sends import NEVER_FORGOTTEN, QUERIES
 from growth.managers.tallies import FOLD_LIMIT
 from growth.managers.tallies import QUERIES as TALLY_QUERIES
 from growth.models import Campaign, Send
@@ -73,7 +73,7 @@ NO_FLUSH_WAIT = "SET LOCAL synchronous_commit = off;\n"  # as the engine commits
 
 def _lease_claim_params(campaign_id: int, worker_id: str, pacing: Pacing = UNPACED) -> dict:
     return {"campaign_id": campaign_id, "worker_id": worker_id, "batch_size": BATCH,
-            "chunk_size": BATCH, "lease": 300.0, "hand_over": True, **pacing.params}
+            "chunk_size": BATCH, "lease": 300.0, "hand_over": True, **NEVER_FORGOTTEN, **pacing.params}
 
 
 def fitting(size: int, path: str) -> tuple[int, dict]:
@@ -157,11 +157,12 @@ def _claims(campaign_id: int) -> dict:
                 campaign_id, "explain", Pacing({0: 0}, scan=4 * BATCH)))})
     return _plan_figures({
         "claim": (QUERIES["claim"], {"worker_id": "explain", "batch_size": BATCH, "lease": 300.0,
-                                     "campaign_id": campaign_id, "hand_over": True, "after": 0}),
+                                     "campaign_id": campaign_id, "hand_over": True, "after": 0,
+                                     **NEVER_FORGOTTEN}),
         "claim_paced": (QUERIES["claim_paced"], {
             "worker_id": "explain", "campaign_id": campaign_id, "free": BATCH, "lease": 300.0,
             "paced": [], "share_ids": [], "share_counts": [], "after": 0, "scan": 4 * BATCH,
-            "hand_over": True}),
+            "hand_over": True, **NEVER_FORGOTTEN}),
     })
 
 
@@ -197,7 +198,7 @@ def _claim_and_settle(campaign_id: int, worker_id: str) -> tuple[str, dict, str]
         return (LEASE_QUERIES["claim"], _lease_claim_params(campaign_id, worker_id),
                 LEASE_QUERIES["settle"])
     return (QUERIES["claim"], {"worker_id": worker_id, "batch_size": BATCH, "lease": 300.0,
-                               "campaign_id": campaign_id, "hand_over": True, "after": 0},
+                               "campaign_id": campaign_id, "hand_over": True, **NEVER_FORGOTTEN, "after": 0},
             QUERIES["settle"])
 
 

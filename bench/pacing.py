@@ -46,7 +46,7 @@ from bench import data, engine
 from growth.audience.destinations import classify_recipient_domains
 from growth.chaos.throttling import Throttle, ThrottlingReceiver
 from growth.managers.queries import split_settings
-from growth.managers.sends import QUERIES
+from growth.managers.sends import NEVER_FORGOTTEN, QUERIES
 from growth.models import Campaign, Destination, RateLimit, Send
 
 THROTTLED = "gmail.com"  # Google's, by the static table of consumer domains
@@ -197,12 +197,12 @@ def explain(*, sizes: list[int], batch: int, out: Path, say) -> dict:
             statements = {
                 "claim": (QUERIES["claim"], {"worker_id": "explain", "batch_size": batch,
                                              "lease": LEASE, "campaign_id": campaign_id,
-                                             "hand_over": False, "after": 0}),
+                                             "hand_over": False, **NEVER_FORGOTTEN, "after": 0}),
                 "claim_paced": (QUERIES["claim_paced"], {
                     "worker_id": "explain", "campaign_id": campaign_id, "free": batch - 4 * share,
                     "lease": LEASE, "paced": destinations, "share_ids": destinations[1:],
                     "share_counts": [share] * 4, "after": 0, "scan": 4 * batch,
-                    "hand_over": False}),
+                    "hand_over": False, **NEVER_FORGOTTEN}),
             }
             times: dict[str, list[float]] = {name: [] for name in statements}
             for _ in range(EXPLAIN_RUNS + 1):  # the first run warms the cache: not counted

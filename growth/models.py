@@ -509,6 +509,9 @@ class SendLease(models.Model):
     # how many times it was taken over after a hand-over: a crash writes no send row, so the
     # lease counts the attempts the rows cannot
     takeovers = models.PositiveIntegerField(db_default=0)
+    # taken over after a hand-over: when its rows were first handed over. A receiver that forgets
+    # keys absorbs their resend only while it remembers that one (sends.sql, _forgotten_before)
+    in_doubt_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
     objects = LeaseManager()

@@ -38,15 +38,17 @@ def run(cursor, name: str, **params) -> list[dict]:
 
 def claim(cursor, *, campaign_id: int, worker_id: str, batch_size: int,
           shares: Mapping[int, int] | None = None, hand_over: bool = True,
-          scan: int = 20, chunk_size: int | None = None) -> list[dict]:
+          scan: int = 20, chunk_size: int | None = None,
+          forgets_after: float | None = None) -> list[dict]:
     """leases.claim. ``shares``: the paced destinations, each with the rows its tokens allow
     now (none: nothing paced); ``scan``: how far past the cursor a claim walks while paced;
-    ``chunk_size``: rows a lease (none: the batch in one)."""
+    ``chunk_size``: rows a lease (none: the batch in one); ``forgets_after``: the seconds the
+    receiver remembers a key (none: for ever)."""
     shares = shares or {}
     return run(cursor, "leases.claim", campaign_id=campaign_id, worker_id=worker_id,
                batch_size=batch_size, lease=directions.LEASE, hand_over=hand_over,
                paced=list(shares), share_ids=list(shares), share_counts=list(shares.values()),
-               scan=scan, chunk_size=chunk_size or batch_size)
+               scan=scan, chunk_size=chunk_size or batch_size, forgets_after=forgets_after)
 
 
 def settle(cursor, rows: list[dict], outcomes: Mapping[int, str], *, campaign_id: int,

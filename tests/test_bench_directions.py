@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 
 from bench import directions
+from growth.managers.sends import NEVER_FORGOTTEN
 from growth.models import Suppression
 from tests import lease_statements as lease
 from tests.helpers import concurrently, fetch_dicts
@@ -33,7 +34,7 @@ def _shape(key: str, campaign_id: int) -> tuple[str, str]:
 def _claim(cursor, sql: str, *, campaign_id: int, worker_id: str, batch_size: int) -> list[dict]:
     cursor.execute(sql, {"campaign_id": campaign_id, "worker_id": worker_id,
                          "batch_size": batch_size, "chunk_size": batch_size,
-                         "lease": directions.LEASE, "hand_over": True, "after": 0,
+                         "lease": directions.LEASE, "hand_over": True, **NEVER_FORGOTTEN, "after": 0,
                          **directions.UNPACED})
     while cursor.nextset():  # past a lock's or a setting's result, to the statement's
         pass

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from growth.managers.leases import QUERIES as LEASE_QUERIES
 from growth.managers.queries import split_settings
-from growth.managers.sends import QUERIES, hand_over_params, settle_params
+from growth.managers.sends import NEVER_FORGOTTEN, QUERIES, hand_over_params, settle_params
 from growth.models import Campaign, Send, SendLease, Subscriber, Suppression
 from growth.sending.transports import Outcome
 from tests.helpers import concurrently
@@ -114,7 +114,8 @@ def test_the_claim_walks_an_index_not_the_table(per_campaign):
         status="sent")  # the usual shape mid-campaign: most rows done
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE growth_sends")
-        params = {"worker_id": "w", "batch_size": 20, "lease": 60, "hand_over": False, "after": 0}
+        params = {"worker_id": "w", "batch_size": 20, "lease": 60, "hand_over": False, "after": 0,
+                  **NEVER_FORGOTTEN}
         if per_campaign:
             cursor.execute("EXPLAIN " + QUERIES["claim"], {**params, "campaign_id": campaign.id})
         else:
@@ -131,7 +132,7 @@ def test_a_campaigns_claim_does_not_read_an_older_campaigns_queued_rows(statemen
     read every row of the older one first."""
     sending_campaign(count=4000)
     newer = sending_campaign(count=4000)
-    params = {"worker_id": "w", "lease": 60, "hand_over": False, "campaign_id": newer.id,
+    params = {"worker_id": "w", "lease": 60, "hand_over": False, **NEVER_FORGOTTEN, "campaign_id": newer.id,
               "after": 0}
     if statement == "claim":
         params["batch_size"] = 20
@@ -159,7 +160,8 @@ def test_the_lease_claims_walk_reads_about_its_batch_not_every_queued_row_after_
         SendLease.objects.claim(worker_id="w", campaign_id=campaign.id, batch_size=20, lease=60,
                                 hand_over=True)
     params = {"campaign_id": campaign.id, "worker_id": "w", "batch_size": 20, "chunk_size": 20,
-              "lease": 60, "hand_over": True, "paced": [], "share_ids": [], "share_counts": [],
+              "lease": 60, "hand_over": True, **NEVER_FORGOTTEN,
+              "paced": [], "share_ids": [], "share_counts": [],
               "scan": 0}
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + LEASE_QUERIES["claim"], params)
@@ -183,7 +185,8 @@ def test_the_lease_claim_probes_its_rows_whatever_the_leases_statistics_say():
         cursor.execute("ANALYZE growth_send_leases")
         cursor.execute("ANALYZE growth_sends")
     params = {"campaign_id": campaign.id, "worker_id": "w", "batch_size": 500, "chunk_size": 500,
-              "lease": 60, "hand_over": True, "paced": [], "share_ids": [], "share_counts": [],
+              "lease": 60, "hand_over": True, **NEVER_FORGOTTEN,
+              "paced": [], "share_ids": [], "share_counts": [],
               "scan": 0}
     with connection.cursor() as cursor:
         cursor.execute(LEASE_QUERIES["lock_cursor"], {"campaign_id": campaign.id})

@@ -91,17 +91,19 @@ class LeaseManager(models.Manager):
 
     def claim(self, *, worker_id: str, campaign_id: int, batch_size: int, lease: float,
               chunk_size: int | None = None, hand_over: bool = False,
-              pacing: Pacing = UNPACED) -> list[Lease]:
+              pacing: Pacing = UNPACED, forgets_after: float | None = None) -> list[Lease]:
         """Claim the campaign's next batch (committed before this returns): a free lease whole,
         or its rows due again and then those past its cursor, in leases of ``chunk_size`` rows
         (none: one lease), in id order; [] when nothing is due. ``hand_over``: the leases count
-        as handed over at once (a receiver that de-duplicates)."""
+        as handed over at once (a receiver that de-duplicates). ``forgets_after``: the seconds
+        the receiver remembers a key (0: plain; None: for ever); a row in doubt for longer comes
+        back 'unknown', for the worker to settle so, unsent (sends.sql, _forgotten_before)."""
         # The cursor's lock first, in the same string and transaction: the claim's snapshot then
         # follows the wait (leases.sql, lock_cursor). Not waiting for the disk: a claim lost in a
         # database crash leaves its rows behind the old cursor, queued, with nothing sent.
         params = {"campaign_id": campaign_id, "worker_id": worker_id, "batch_size": batch_size,
                   "chunk_size": chunk_size or batch_size, "lease": lease,
-                  "hand_over": hand_over, **pacing.params}
+                  "hand_over": hand_over, "forgets_after": forgets_after, **pacing.params}
         # Not prepared: a generic plan cannot know whether destinations are paced, nor how
         # many rows the walk past the cursor may take; with one, the engine on leases ran at
         # 0.87-1.14x the row protocol's rate with one worker, against 1.55-1.62x (bench).

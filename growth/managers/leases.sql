@@ -65,7 +65,7 @@ WITH cursor AS MATERIALIZED (
                     ORDER BY f.id
                     LIMIT 1
                       FOR UPDATE SKIP LOCKED)
-    RETURNING l.send_ids, l.takeovers
+    RETURNING l.send_ids, l.takeovers, l.in_doubt_since
 ), retried AS MATERIALIZED (
     UPDATE growth_sends s
        SET next_attempt_at = NULL
@@ -133,10 +133,10 @@ WITH cursor AS MATERIALIZED (
      WHERE campaign_id = %(campaign_id)s AND EXISTS (SELECT 1 FROM walked)
 ), lease AS (  -- one per chunk of chunk_size rows, in id order
     INSERT INTO growth_send_leases (campaign_id, worker_id, expires_at, send_ids, handed_over_at,
-                            takeovers)
+                            takeovers, in_doubt_since)
     SELECT %(campaign_id)s, %(worker_id)s, now() + make_interval(secs => %(lease)s),
            array_agg(chunk.id ORDER BY chunk.id), CASE WHEN %(hand_over)s THEN now() END,
-           coalesce((SELECT takeovers FROM freed), 0)
+           coalesce((SELECT takeovers FROM freed), 0), (SELECT in_doubt_since FROM freed)
       FROM (SELECT id, (row_number() OVER (ORDER BY id) - 1) / greatest(%(chunk_size)s, 1) AS n
               FROM due) chunk
      GROUP BY chunk.n
@@ -148,13 +148,18 @@ WITH cursor AS MATERIALIZED (
 -- the leases' statistics: once autovacuum had analyzed growth_send_leases holding 500-id
 -- leases, the guess was 100,000, and every claim hashed every queued row of growth_sends
 -- (26 ms a claim at 200,000 rows, the engine at half its rate, in make bench).
--- taken_over: the batch is a free lease (others a dead or stopped worker left may be waiting)
+-- taken_over: the batch is a free lease (others a dead or stopped worker left may be waiting).
+-- A row in doubt (since an earlier settle, or since its free lease was first handed over) whose
+-- key the receiver will have forgotten comes back 'unknown': the worker settles it so, unsent.
 SELECT claimed.*, held.lease_id, EXISTS (SELECT 1 FROM freed) AS taken_over,
        {{ sends._opt_out_clock }} AS opt_outs
   FROM (SELECT id AS lease_id, unnest(send_ids) AS send_id FROM lease) held
  CROSS JOIN LATERAL (
        SELECT s.id, s.campaign_id, s.subscriber_id, s.email, s.job_id,
-              CASE WHEN {{ sends._blocked }} THEN 'suppressed' ELSE 'sending' END AS status,
+              CASE WHEN {{ sends._blocked }} THEN 'suppressed'
+                   WHEN least(s.handed_over_at, (SELECT in_doubt_since FROM freed))
+                        < {{ sends._forgotten_before }} THEN 'unknown'
+                   ELSE 'sending' END AS status,
               s.attempts + 1 AS attempts, s.destination_id
          FROM growth_sends s
         WHERE s.id = held.send_id
@@ -200,7 +205,7 @@ WITH campaign AS MATERIALIZED (
 ), ended AS MATERIALIZED (
     DELETE FROM growth_send_leases
      WHERE id = %(lease_id)s AND worker_id = %(worker_id)s
-    RETURNING send_ids, handed_over_at, takeovers
+    RETURNING send_ids, handed_over_at, takeovers, in_doubt_since
 ), unanswered AS (
     -- The lease's rows that no outcome names (a wire that raised, a worker's slip): never left
     -- queued behind the cursor, where no claim would reach them. As recovery would judge them:
@@ -216,7 +221,7 @@ WITH campaign AS MATERIALIZED (
                                   THEN now() END,
            -- handed over, a row is in doubt queued again too (sends._in_doubt): no follow-up
            -- takes it as never reached (a transport that raised part-way through may have sent it)
-           handed_over_at = coalesce(e.handed_over_at, s.handed_over_at),
+           handed_over_at = least(s.handed_over_at, e.in_doubt_since, e.handed_over_at),
            claimed_by = 'lease ' || %(lease_id)s,
            last_error = 'no outcome recorded for this attempt', updated_at = now()
       FROM ended e, campaign c
@@ -230,14 +235,20 @@ UPDATE growth_sends s
                                     THEN 0 ELSE 1 END,
        -- not delivered (transient, throttled, refused), a row stays in doubt as it was, or is in
        -- doubt if a holder of the lease before the claim that took it over handed it over and
-       -- was lost (takeovers); suppressed, it never is
+       -- was lost (takeovers); suppressed, it never is. In doubt, it keeps the earliest
+       -- hand-over it may have arrived by: a claim judges the receiver's memory of its key by it.
        handed_over_at = CASE WHEN r.outcome = 'suppressed' THEN NULL
                              WHEN r.outcome IN ('transient', 'throttled', 'refused')
                                   AND (SELECT takeovers FROM ended) > 0
-                             THEN coalesce(s.handed_over_at, (SELECT handed_over_at FROM ended),
-                                           now())
+                             THEN coalesce(least(s.handed_over_at,
+                                                 (SELECT in_doubt_since FROM ended)),
+                                           (SELECT handed_over_at FROM ended), now())
                              WHEN r.outcome IN ('transient', 'throttled', 'refused')
                              THEN s.handed_over_at
+                             WHEN r.outcome IN ('in_doubt_retried', 'in_doubt')
+                             THEN coalesce(least(s.handed_over_at,
+                                                 (SELECT in_doubt_since FROM ended),
+                                                 (SELECT handed_over_at FROM ended)), now())
                              ELSE coalesce((SELECT handed_over_at FROM ended), s.handed_over_at,
                                            now()) END,
        first_attempt_at = CASE WHEN r.outcome IN ('suppressed', 'refused') THEN s.first_attempt_at
@@ -309,7 +320,8 @@ WITH expired AS MATERIALIZED (
 ), freed AS (
     UPDATE growth_send_leases l
        SET worker_id = NULL, expires_at = NULL, handed_over_at = NULL,
-           takeovers = l.takeovers + CASE WHEN e.handed THEN 1 ELSE 0 END
+           takeovers = l.takeovers + CASE WHEN e.handed THEN 1 ELSE 0 END,
+           in_doubt_since = least(l.in_doubt_since, l.handed_over_at)
       FROM expired e
      WHERE l.id = e.id AND e.again
     RETURNING l.id, cardinality(l.send_ids) AS rows

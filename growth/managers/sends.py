@@ -16,8 +16,16 @@ ANALYZE_AFTER = 10_000  # rows built at once that make the table's statistics st
 RECOVER_LIMIT = 10_000  # rows per recovery statement, to keep its transaction short
 
 
+# why a claim made a row in doubt 'unknown' instead of sending it (either protocol)
+FORGOTTEN_KEY = ("in doubt since an earlier attempt, and the receiver no longer remembers its key:"
+                 " not sent again, where it could arrive twice")
+# a claim's parameters for a receiver that remembers every key (tools, tests, the bench)
+NEVER_FORGOTTEN = {"forgets_after": None, "forgotten_error": FORGOTTEN_KEY}
+
+
 class Claimed(NamedTuple):
-    """A send row this worker now holds: 'sending' under a lease, or just marked 'suppressed'.
+    """A send row this worker now holds: 'sending' under a lease, or just marked 'suppressed'
+    (an opt-out) or 'unknown' (in doubt past the receiver's memory of its key).
     A named tuple, not a frozen dataclass: a claim makes one a recipient, and a frozen
     dataclass's ``__init__`` (an ``object.__setattr__`` a field) took 2.0-2.5 µs of the worker's
     Python a row against 0.5 (timeit, 500 rows built by name)."""
@@ -150,18 +158,21 @@ class SendManager(models.Manager):
 
     def claim(self, *, worker_id: str, batch_size: int, lease: float,
               campaign_id: int | None = None, hand_over: bool = False,
-              after: int = 0) -> list[Claimed]:
+              after: int = 0, forgets_after: float | None = None) -> list[Claimed]:
         """Claim up to ``batch_size`` due rows, of one campaign or of any (committed before
         this returns). ``hand_over`` marks them handed over at once: for a receiver that
         de-duplicates, where a resend is harmless, this saves writing every row a third time.
-        ``after``: of one campaign, only rows after this id (the caller's hand)."""
+        ``after``: of one campaign, only rows after this id (the caller's hand).
+        ``forgets_after``: the seconds the receiver remembers a key (0: plain; None: for ever);
+        a row in doubt for longer is made 'unknown', not sent (sends.sql, _forgotten_before)."""
         # One statement, so its own transaction in autocommit: no BEGIN/COMMIT round trips.
         # Its commit need not wait for the disk. If a database crash loses it, the rows are
         # queued again: with a plain receiver nothing was sent, since the hand-over (which does
         # wait, and whose flush carries this commit with it) finds them no longer ours; with an
         # idempotent one a resend under the same key is absorbed.
         params = {"worker_id": worker_id, "batch_size": batch_size, "lease": lease,
-                  "hand_over": hand_over, "after": after, "wait_for_flush": False}
+                  "hand_over": hand_over, "after": after, "forgets_after": forgets_after,
+                  "forgotten_error": FORGOTTEN_KEY, "wait_for_flush": False}
         if campaign_id is None:
             rows = QUERIES.rows("claim_any", **params)
         else:
@@ -170,7 +181,7 @@ class SendManager(models.Manager):
 
     def claim_paced(self, *, worker_id: str, campaign_id: int, free: int, lease: float,
                     paced: Sequence[int], shares: Mapping[int, int], after: int, scan: int,
-                    hand_over: bool = False) -> PacedClaim:
+                    hand_over: bool = False, forgets_after: float | None = None) -> PacedClaim:
         """Claim rows of one campaign while the ``paced`` destinations are limited: up to
         ``shares[d]`` rows of each paced destination d, and up to ``free`` rows of the others
         found among the ``scan`` queued rows after id ``after`` (see claim_paced in sends.sql)."""
@@ -178,7 +189,9 @@ class SendManager(models.Manager):
         rows = QUERIES.rows("claim_paced", worker_id=worker_id, campaign_id=campaign_id,
                             free=max(free, 0), lease=lease, paced=list(paced),
                             share_ids=[d for d, _ in shared], share_counts=[n for _, n in shared],
-                            after=after, scan=scan, hand_over=hand_over, wait_for_flush=False)
+                            after=after, scan=scan, hand_over=hand_over,
+                            forgets_after=forgets_after, forgotten_error=FORGOTTEN_KEY,
+                            wait_for_flush=False)
         window = rows[0] if rows else {"scanned": 0, "scanned_to": 0}
         claimed = [Claimed.from_row({k: v for k, v in row.items()
                                      if k not in ("scanned", "scanned_to")})

@@ -263,16 +263,33 @@ blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in a ha
        AND {{ _blocked }}
 )
 
+-- _forgotten_before --
+-- A claim's bound on the doubt a resend may carry: a row in doubt since a hand-over before it
+-- (handed_over_at, kept through its retries) is one whose receiver will have forgotten the key by
+-- the time this claim's attempt is on the wire (within its lease). Sent again, it could arrive
+-- twice; it is 'unknown' instead, for an operator. forgets_after: how long the receiver remembers
+-- a key (0: a plain receiver, which never de-duplicates; NULL: for ever, nothing is forgotten).
+statement_timestamp() + make_interval(secs => %(lease)s - %(forgets_after)s::float8)
+
 -- _lease_due --
--- ... and the update: suppress those, lease the rest. The lease runs from this statement, not
--- from its transaction's start (a paced claim's began before its wait for the buckets' locks),
--- and so names this claim even among several in one transaction (see _claimed).
+-- ... and the update: suppress those, make 'unknown' the rows in doubt whose key the receiver
+-- has forgotten, lease the rest. The lease runs from this statement, not from its transaction's
+-- start (a paced claim's began before its wait for the buckets' locks), and so names this claim
+-- even among several in one transaction (see _claimed).
 UPDATE growth_sends s
    SET status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
+                               WHEN s.handed_over_at < {{ _forgotten_before }} THEN 'unknown'
                                ELSE 'sending' END,
-       attempts         = s.attempts + CASE WHEN s.id IN (SELECT id FROM blocked) THEN 0 ELSE 1 END,
+       attempts         = s.attempts + CASE WHEN s.id IN (SELECT id FROM blocked) THEN 0
+                                            WHEN s.handed_over_at < {{ _forgotten_before }} THEN 0
+                                            ELSE 1 END,
        lease_expires_at = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL
+                               WHEN s.handed_over_at < {{ _forgotten_before }} THEN NULL
                                ELSE statement_timestamp() + make_interval(secs => %(lease)s) END,
+       last_error       = CASE WHEN s.id NOT IN (SELECT id FROM blocked)
+                                    AND s.handed_over_at < {{ _forgotten_before }}
+                               THEN %(forgotten_error)s
+                               ELSE s.last_error END,
        -- a row in doubt (an earlier attempt was handed over and its worker lost) keeps the
        -- time of that hand-over: the settle of this attempt tells them apart (see settle)
        handed_over_at   = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL

@@ -55,8 +55,12 @@ class Claim:
 
 
 class Pacer:
-    def __init__(self, *, batch_size: int, policy: ThrottlePolicy | None = None) -> None:
+    def __init__(self, *, batch_size: int, policy: ThrottlePolicy | None = None,
+                 forgets_after: float | None = None) -> None:
         self.batch_size = batch_size
+        # the seconds the receiver remembers a key (receiver_forgets_keys_after): a claim makes
+        # a row in doubt for longer 'unknown'
+        self.forgets_after = forgets_after
         self.policy = policy or ThrottlePolicy.from_settings()
         self.transport = settings.SENDER_TRANSPORT  # the key of the transport-wide bucket
         self._transport_bucket_id: int | None = None
@@ -145,6 +149,7 @@ class Pacer:
         return SendLease.objects.claim(
             worker_id=worker_id, campaign_id=campaign.campaign_id, batch_size=left, lease=lease,
             chunk_size=None if hand_over else settings.SENDER_HANDOFF_CHUNK, hand_over=hand_over,
+            forgets_after=self.forgets_after,
             pacing=Pacing(shares, scan=SCAN_BATCHES * self.batch_size) if paced else UNPACED)
 
     @staticmethod
@@ -166,12 +171,13 @@ class Pacer:
         since the last one (at 10,000,000 rows, half sent: 8.5x the first batch's time)."""
         hand = self._hands.get(campaign.campaign_id, 0)
         rows = Send.objects.claim(worker_id=worker_id, batch_size=count, lease=lease,
-                                  campaign_id=campaign.campaign_id, hand_over=hand_over, after=hand)
+                                  campaign_id=campaign.campaign_id, hand_over=hand_over, after=hand,
+                                  forgets_after=self.forgets_after)
         last = rows
         if len(rows) < count and hand:
             last = Send.objects.claim(worker_id=worker_id, batch_size=count - len(rows),
                                       lease=lease, campaign_id=campaign.campaign_id,
-                                      hand_over=hand_over)
+                                      hand_over=hand_over, forgets_after=self.forgets_after)
             rows = sorted(rows + last, key=lambda row: row.id)
         self._hands[campaign.campaign_id] = max((row.id for row in last), default=0)
         return rows
@@ -183,7 +189,7 @@ class Pacer:
         claimed = Send.objects.claim_paced(
             worker_id=worker_id, campaign_id=campaign.campaign_id, free=left, lease=lease,
             paced=list(paced), shares=shares, after=self._hands.get(campaign.campaign_id, 0),
-            scan=scan, hand_over=hand_over)
+            scan=scan, hand_over=hand_over, forgets_after=self.forgets_after)
         # a full window may have left free rows after it: the next claim looks there
         self._hands[campaign.campaign_id] = claimed.scanned_to if claimed.scanned >= scan else 0
         return claimed.rows

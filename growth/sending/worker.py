@@ -60,7 +60,7 @@ from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
 from growth.managers.leases import SUPPRESSED, Lease, LeaseHandOver
 from growth.managers.queries import DATABASE_AWAY, discard_connection
-from growth.managers.sends import Claimed, HandOver
+from growth.managers.sends import FORGOTTEN_KEY, Claimed, HandOver
 from growth.models import Campaign, Send, SendLease, SendTally, Suppression, WorkerHeartbeat
 from growth.observability import metrics
 from growth.reputation.guard import GuardSchedule
@@ -77,6 +77,7 @@ from growth.sending.transports import (
     get_transport,
     receiver_deduplicates,
 )
+from growth.sending.transports.base import receiver_forgets_keys_after
 from growth.sending.transports.errors import describe, refusal_reason
 from growth.sending.unsubscribe import LinkMaker
 from growth.sending.wires import Wires
@@ -109,6 +110,7 @@ class Tally:
     campaign_id: int
     claimed: int
     to_send: int
+    forgotten: int = 0  # made 'unknown' by the claim: in doubt past the receiver's memory
     started: float = field(default_factory=time.monotonic)
     counts: Counter = field(default_factory=Counter)  # new status -> rows
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -122,8 +124,10 @@ class Tally:
         reads) and count its rows in the worker's metrics."""
         counts = {"sent": self.counts["sent"], "retry": self.counts["queued"],
                   "failed": self.counts["failed"],
-                  "suppressed": self.counts["suppressed"] + self.claimed - self.to_send,
-                  "cancelled": self.counts["cancelled"], "unknown": self.counts["unknown"],
+                  "suppressed": (self.counts["suppressed"] + self.claimed - self.to_send
+                                 - self.forgotten),
+                  "cancelled": self.counts["cancelled"],
+                  "unknown": self.counts["unknown"] + self.forgotten,
                   "left to lease expiry": self.to_send - sum(self.counts.values())}
         elapsed = max(time.monotonic() - self.started, 1e-6)
         logger.debug(
@@ -155,6 +159,9 @@ class Batch:
     # rows not to be sent (an opt-out found by the claim or the hand-over), which a lease's settle
     # names as such
     withheld: set[int] = field(init=False)
+    # rows in doubt past the receiver's memory of their key, which the claim made (or, on
+    # leases, their settle makes) 'unknown': never sent again
+    forgotten: set[int] = field(init=False)
     # the transport refused us (Outcome.REFUSED): no wire takes another piece of the batch
     refused: threading.Event = field(init=False, default_factory=threading.Event)
 
@@ -162,6 +169,12 @@ class Batch:
         self.attempts = {row.id: row.attempts for row in self.rows}
         self.destinations = {row.id: row.destination_id for row in self.rows}
         self.withheld = {row.id for row in self.rows if row.status == Send.Status.SUPPRESSED}
+        self.forgotten = {row.id for row in self.rows if row.status == Send.Status.UNKNOWN}
+
+    @property
+    def named_at_claim(self) -> set[int]:
+        """Rows counted when they were found, not when their lease is settled."""
+        return self.withheld | self.forgotten
 
     @property
     def to_send(self) -> list[Claimed]:
@@ -217,7 +230,8 @@ class Worker:
         self._renderers: dict[int, CampaignRenderer] = {}
         self._links: LinkMaker | None = None
         self._last_campaign_id: int | None = None
-        self._pacer = Pacer(batch_size=batch_size)
+        self._pacer = Pacer(batch_size=batch_size, forgets_after=receiver_forgets_keys_after(
+            self.transport, deduplicates=self.idempotent))
         self._rate_wait: float | None = None  # seconds until a rate limit grants a batch
         self._was_full = False
         self._housekept_at = 0.0
@@ -392,9 +406,17 @@ class Worker:
                     self._rate_wait = min(self._rate_wait or claim.wait, claim.wait)
                 continue
             going = sum(1 for row in claim.rows if row.status == Send.Status.SENDING)
+            forgotten = sum(1 for row in claim.rows if row.status == Send.Status.UNKNOWN)
+            if forgotten:
+                logger.warning("campaign %s: %d rows in doubt since an earlier attempt made "
+                               "unknown, not sent again: the receiver no longer remembers their "
+                               "keys", campaign.campaign_id, forgotten,
+                               extra={"campaign_id": campaign.campaign_id,
+                                      "worker_id": self.worker_id})
             self._last_campaign_id = campaign.campaign_id
             return Batch(campaign.campaign_id, claim.rows, full=claim.full,
-                         tally=Tally(campaign.campaign_id, claimed=len(claim.rows), to_send=going),
+                         tally=Tally(campaign.campaign_id, claimed=len(claim.rows), to_send=going,
+                                     forgotten=forgotten),
                          leases=claim.leases)
         return None
 
@@ -805,7 +827,7 @@ class Worker:
             settled.update(SendLease.objects.settle(lease.id, _named(batch, lease, outcomes),
                                                     idempotent=self.idempotent,
                                                     **self._settle_policy(batch)))
-        return {i: status for i, status in settled.items() if i not in batch.withheld}
+        return {i: status for i, status in settled.items() if i not in batch.named_at_claim}
 
     def _hand_over_lease(self, batch: Batch, answered: Sequence[tuple[Lease, list[Outcome]]],
                          lease: Lease) -> dict[int, str]:
@@ -820,7 +842,8 @@ class Worker:
             settles=bool(answered))
         if answered:
             self._after_settle(batch, [o for _, outcomes in answered for o in outcomes],
-                               {i: s for i, s in settled.items() if i not in batch.withheld})
+                               {i: s for i, s in settled.items()
+                                if i not in batch.named_at_claim})
         return handed
 
     def _hand_over_chunk(self, batch: Batch, answered: Sequence[Outcome],
@@ -912,11 +935,13 @@ class Worker:
 
 
 def _named(batch: Batch, lease: Lease, outcomes: Sequence[Outcome]) -> list[Outcome]:
-    """The outcomes of the lease's rows, its withheld rows named suppressed: what its settle
-    writes (a row of it without one is judged as recovery would)."""
+    """The outcomes of the lease's rows, its withheld rows named suppressed and its forgotten
+    ones in doubt: what its settle writes (a row of it without one is judged as recovery
+    would)."""
     ids = {row.id for row in lease.rows}
     return [o for o in outcomes if o.send_id in ids] + [
-        Outcome(i, SUPPRESSED) for i in sorted(ids & batch.withheld)]
+        Outcome(i, SUPPRESSED) for i in sorted(ids & batch.withheld)] + [
+        Outcome(i, Outcome.IN_DOUBT, error=FORGOTTEN_KEY) for i in sorted(ids & batch.forgotten)]
 
 
 def _nothing_to_deliver(batch: Batch) -> Delivering:

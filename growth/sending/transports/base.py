@@ -121,3 +121,13 @@ def receiver_deduplicates(transport: BaseTransport, *, lease: float) -> bool:
                      "receiver as plain", lease, window)
         return False
     return bool(declared)
+
+
+def receiver_forgets_keys_after(transport: BaseTransport, *, deduplicates: bool) -> float | None:
+    """Return the seconds after a row's first hand-over during which a resend under its key is
+    still absorbed: 0 for a receiver that does not de-duplicate (``deduplicates``, as
+    ``receiver_deduplicates`` said), its ``idempotency_window`` for one that does (None: it
+    remembers for ever, or says nothing of it). A claim makes a row in doubt for longer
+    'unknown' instead of sending it: a retry after a long backoff or a pause of days comes
+    after the receiver forgot the first attempt."""
+    return transport.idempotency_window if deduplicates else 0.0
