@@ -6,16 +6,20 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from django.core import mail
 from django.core.exceptions import ValidationError
+from django.core.mail import EmailMessage
+from django.core.mail.backends import locmem
 
 from growth.models import Account, Campaign, Send, Subscriber, Suppression
 from growth.sending.sender import from_header, sender_address
-from growth.sending.transports.base import BaseTransport
+from growth.sending.transports.base import BaseTransport, Delivery, Outcome
 from growth.sending.transports.django_mail import DjangoMailTransport
+from growth.sending.transports.errors import TransportBroke
 from growth.sending.worker import Worker
 from tests.factories import AccountFactory, SegmentFactory, SubscriberFactory
 from tests.helpers import manage, subprocess_env
-from tests.scenarios import approved_campaign, statuses
+from tests.scenarios import approved_campaign, run_worker, statuses
 
 # Saved past the forms (an older row, a script, the shell): the engine must hold on its own.
 POISONS = {
@@ -108,6 +112,79 @@ def test_a_transport_that_raises_pauses_the_campaign_and_leaves_the_wire_chunk_i
     # (then 'unknown'); the rest never left and is queued again, its attempt not counted
     assert statuses(campaign) == {"sending": 10, "queued": 2}
     assert set(Send.objects.filter(status="queued").values_list("attempts", flat=True)) == {0}
+
+
+class BreaksOnTheSecondMessage(locmem.EmailBackend):
+    """Django's in-memory backend with a defect: its second message raises a TypeError (as
+    anymail's Amazon SES backend did on bytes it could not rewrite), until it is mended."""
+
+    calls = 0
+    mended = False
+    second = ""  # the address of the message it broke on
+
+    def send_messages(self, messages):
+        type(self).calls += 1
+        if type(self).calls == 2 and not type(self).mended:
+            type(self).second = messages[0].to[0]
+            raise TypeError("a bytes-like object is required, not 'str'")
+        return super().send_messages(messages)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+def test_a_backend_that_breaks_pauses_the_campaign_at_once_not_after_two_days_of_retries(
+        settings, protocol):
+    """A defect is no answer of the receiver: the chunk stops there and the campaign pauses
+    with it. What went before is sent, what came after was never tried (queued again, no
+    attempt counted), and the message it broke on may have gone out: a plain receiver's is
+    'unknown', never sent again. Mended and resumed, everyone else gets the campaign once."""
+    settings.SENDER_PROTOCOL = protocol
+    settings.SENDER_HANDOFF_CHUNK = 5
+    BreaksOnTheSecondMessage.calls, BreaksOnTheSecondMessage.mended = 0, False
+    campaign = approved_campaign(count=8)
+    transport = DjangoMailTransport(backend=f"{__name__}.BreaksOnTheSecondMessage")
+
+    Worker(batch_size=8, tick=0.05, lease=2, until_idle=True, transport=transport,
+           connections=1).run()
+
+    campaign.refresh_from_db()
+    assert campaign.status == "paused"
+    assert campaign.pause_reason == "TypeError: a bytes-like object is required, not 'str'"
+    assert len(mail.outbox) == 1
+    broken_on = Send.objects.get(campaign=campaign, email=BreaksOnTheSecondMessage.second)
+    # on leases, its lease's settle judges it at once; on rows, it waits for its lease's expiry
+    assert broken_on.status == ("unknown" if protocol == "leases" else "sending")
+    assert statuses(campaign)["queued"] == 6
+    assert set(Send.objects.filter(campaign=campaign, status="queued")
+               .values_list("attempts", flat=True)) == {0}
+
+    BreaksOnTheSecondMessage.mended = True
+    assert Campaign.objects.resume(campaign_id=campaign.id)
+    run_worker(transport=DjangoMailTransport(backend=f"{__name__}.BreaksOnTheSecondMessage"),
+               lease=2, connections=1)
+
+    assert statuses(campaign) == {"sent": 7, "unknown": 1}
+    mailed = [address for message in mail.outbox for address in message.to]
+    assert len(mailed) == len(set(mailed)) == 7
+    assert broken_on.email not in mailed
+
+
+class BreaksOnOpening(locmem.EmailBackend):
+    def open(self):
+        raise AttributeError("'NoneType' object has no attribute 'client'")
+
+
+def test_a_backend_that_breaks_on_opening_tried_nothing_and_says_so():
+    transport = DjangoMailTransport(backend=f"{__name__}.BreaksOnOpening")
+    deliveries = [Delivery(i, f"campaign:1:{i}", EmailMessage("s", "b", "news@acme.example",
+                                                              [f"r{i}@example.com"]))
+                  for i in (1, 2)]
+    with pytest.raises(TransportBroke) as broke:
+        transport.send_bulk(deliveries)
+    assert [(o.send_id, o.kind) for o in broke.value.outcomes] == [(1, Outcome.REFUSED),
+                                                                  (2, Outcome.REFUSED)]
+    assert broke.value.outcomes[0].error.startswith("not tried: the transport broke")
+    assert "AttributeError" in broke.value.outcomes[0].error
 
 
 @pytest.mark.django_db(transaction=True)

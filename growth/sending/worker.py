@@ -78,7 +78,7 @@ from growth.sending.transports import (
     receiver_deduplicates,
 )
 from growth.sending.transports.base import receiver_forgets_keys_after
-from growth.sending.transports.errors import describe, refusal_reason
+from growth.sending.transports.errors import TransportBroke, describe, refusal_reason
 from growth.sending.unsubscribe import LinkMaker
 from growth.sending.wires import Wires
 
@@ -164,6 +164,8 @@ class Batch:
     forgotten: set[int] = field(init=False)
     # the transport refused us (Outcome.REFUSED): no wire takes another piece of the batch
     refused: threading.Event = field(init=False, default_factory=threading.Event)
+    # what a transport raised that no receiver answers (errors.DEFECTS): contained on landing
+    broken: BaseException | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.attempts = {row.id: row.attempts for row in self.rows}
@@ -607,7 +609,8 @@ class Worker:
             # a lease is settled even without an answer: the settle judges its rows (and ends it)
             self._settle(batch, [outcome for share in answered for outcome in share],
                          always=bool(batch.leases))
-        failed = next((wire.exception() for wire in delivering.wires if wire.exception()), None)
+        failed = next((wire.exception() for wire in delivering.wires if wire.exception()),
+                      batch.broken)
         if isinstance(failed, DATABASE_AWAY):
             # the database, not the campaign: unsettled rows keep their lease
             logger.warning("campaign %s: a wire lost the database (%s)", batch.campaign_id,
@@ -651,12 +654,23 @@ class Worker:
             logger.warning("campaign %s: rates not adapted to its answers (%s)", batch.campaign_id,
                            exc, extra={"campaign_id": batch.campaign_id, "worker_id": self.worker_id})
 
+    def _broken(self, batch: Batch, exc: BaseException) -> None:
+        """On a wire's thread: the transport raised a defect (errors.DEFECTS). The campaign is
+        paused now, so that the loop claims no more of it; on landing, ``_contain`` says why and
+        gives back what no wire took."""
+        batch.broken = exc
+        try:
+            Campaign.objects.pause(campaign_id=batch.campaign_id, reason=describe(exc))
+        except DATABASE_AWAY:  # _contain pauses it on landing
+            discard_connection()
+
     def _pause_if_refused(self, batch: Batch, outcomes: Sequence[Outcome]) -> None:
         """The relay or ESP refused us, not the recipients (``Outcome.REFUSED``): pause the
         campaign with the refusal. Its rows are queued again, no attempt counted; the batches
-        already on the wires finish as they would after an operator's pause."""
+        already on the wires finish as they would after an operator's pause. (A broken
+        transport's untried messages are refused too: its defect is the reason, not this.)"""
         refusal = next((o.error for o in outcomes if o.kind == Outcome.REFUSED), None)
-        if refusal is None:
+        if refusal is None or batch.broken is not None:
             return
         try:
             paused = Campaign.objects.pause(campaign_id=batch.campaign_id,
@@ -775,7 +789,11 @@ class Worker:
         if not deliveries:
             return []
         started = time.perf_counter()
-        outcomes = transport.send_bulk(deliveries)
+        try:
+            outcomes = transport.send_bulk(deliveries)
+        except TransportBroke as broke:
+            self._broken(batch, broke.cause)
+            outcomes = broke.outcomes
         if any(o.kind == Outcome.REFUSED for o in outcomes):
             batch.refused.set()
         each = (time.perf_counter() - started) / len(deliveries)

@@ -13,7 +13,7 @@ from django.utils.module_loading import import_string
 from growth.sending.mime import OutgoingEmail
 from growth.sending.transports import pipelining
 from growth.sending.transports.base import BaseTransport, Delivery, Outcome
-from growth.sending.transports.errors import classify_failure
+from growth.sending.transports.errors import DEFECTS, TransportBroke, classify_failure, untried
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,10 @@ class DjangoMailTransport(BaseTransport):
         for position, delivery in enumerate(deliveries):
             try:
                 self.open()
+            except DEFECTS as exc:
+                self.close()
+                raise TransportBroke(exc, outcomes + [untried(d.send_id, exc)
+                                                      for d in deliveries[position:]]) from exc
             except Exception as exc:
                 # Nobody to talk to: the rest of the batch waits for the next attempt.
                 failure = classify_failure(exc)
@@ -94,7 +98,12 @@ class DjangoMailTransport(BaseTransport):
                     failure = replace(failure, kind=Outcome.TRANSIENT)
                 outcomes += [failure.outcome(d.send_id) for d in deliveries[position:]]
                 break
-            outcome = self._send_one(delivery)
+            try:
+                outcome = self._send_one(delivery)
+            except DEFECTS as exc:  # this message may have gone out: it has no outcome
+                self.close()
+                raise TransportBroke(exc, outcomes + [untried(d.send_id, exc)
+                                                      for d in deliveries[position + 1:]]) from exc
             outcomes.append(outcome)
             if outcome.kind == Outcome.REFUSED:  # the rest would be refused as this one was
                 outcomes += [replace(outcome, send_id=d.send_id) for d in deliveries[position + 1:]]
@@ -139,6 +148,8 @@ class DjangoMailTransport(BaseTransport):
                 accepted = self._sendmail(message)
             else:
                 accepted = self._connection.send_messages([message])
+        except DEFECTS:
+            raise  # not an answer of the receiver: send_bulk stops the chunk
         except Exception as exc:
             failure = classify_failure(exc)
             if failure.reconnect:

@@ -29,6 +29,13 @@ A failure after the whole message went out with no answer (the connection droppe
 after the content's final dot, an API request that timed out reading its answer) is in doubt:
 the receiver may have accepted it (``MessageInDoubt``, ``Outcome.IN_DOUBT``).
 
+An exception no receiver ever answers with (a TypeError, an AttributeError, a KeyError: a defect
+of the code that sends, ours, a backend's or a library's) is not a failure of the row either: a
+retry cannot mend it, and it must not fail every recipient after two days of retries (as Amazon
+SES's backend did when given bytes it could not rewrite). The transport stops the chunk there
+(``TransportBroke``), the worker pauses the campaign with it (its containment); the message it
+broke on may have gone out, so it is judged as a crash's would be.
+
 A transient answer that says "slow down" is a throttle, not a failure of the row: Gmail's
 "421 4.7.28 ... unusual rate", Yahoo's "421 4.7.0 [TSS04] Messages temporarily deferred",
 Microsoft's "451 4.7.500 Server busy", "450 4.2.1 ... receiving mail at a rate ...", SES's
@@ -87,6 +94,29 @@ REFUSAL_PREFIX = "The transport refused us:"  # a campaign paused for an Outcome
 def refusal_reason(error: str) -> str:
     """The pause reason of a campaign whose transport refused us (``error``: as stored)."""
     return f"{REFUSAL_PREFIX} {error}"
+
+
+# what a defect of the code raises, never a receiver's answer (see the module's docstring)
+DEFECTS = (TypeError, AttributeError, NameError, LookupError, AssertionError, NotImplementedError,
+           ImportError, RecursionError)
+
+
+class TransportBroke(Exception):
+    """The transport raised one of DEFECTS on a message of the chunk: ``cause``. ``outcomes``:
+    those of the messages before it, and of those after it, never tried (``untried``); the one
+    it broke on has none, since it may have gone out."""
+
+    def __init__(self, cause: BaseException, outcomes: list[Outcome]) -> None:
+        super().__init__(describe(cause))
+        self.cause = cause
+        self.outcomes = outcomes
+
+
+def untried(send_id: int, cause: BaseException) -> Outcome:
+    """The outcome of a message a broken transport never tried: due again at once, no attempt
+    counted (as after a refusal of us; the worker pauses the campaign for the defect)."""
+    return Outcome(send_id, Outcome.REFUSED,
+                   error=f"not tried: the transport broke on an earlier message ({describe(cause)})")
 
 
 class MessageInDoubt(Exception):
