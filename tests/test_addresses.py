@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 from django.core.exceptions import ValidationError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from growth.audience.addresses import Address, email_lower, on_the_wire, parse_address
+from growth.audience.addresses import (
+    Address,
+    _common_address,
+    _validated,
+    email_lower,
+    on_the_wire,
+    parse_address,
+)
 from growth.models import Subscriber, Suppression
 from tests.factories import AccountFactory, SegmentFactory, SubscriberFactory
 
@@ -123,3 +132,43 @@ def test_suppression_save_refuses_an_invalid_address():
 def test_an_address_goes_on_the_wire_with_its_dedup_keys_domain(typed, wire):
     assert on_the_wire(typed) == wire
     assert email_lower(wire) == email_lower(typed)
+
+
+# --- the common addresses' shortcut (read once per domain) against validate_email, whole --------
+
+_ATEXT = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_!#$%&'*+/=?^`{|}~-"
+_LOCAL = st.text(alphabet=_ATEXT + "...", min_size=1, max_size=70)
+_LABEL = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-",
+                 min_size=1, max_size=66) | st.sampled_from([
+    "xn--strae-oqa", "xn--bcher-kva", "xn--", "xn--zz", "localhost", "test", "invalid", "arpa",
+    "onion", "local", "com", "COM", "123", "example", "a" * 63, "a" * 64, "-a", "a-", "_dmarc"])
+_DOMAIN = st.lists(_LABEL, min_size=1, max_size=6).map(".".join) | st.sampled_from(
+    ["", "[127.0.0.1]", "a..b", ".a.b", "a.b.", "x.com.", "b\u00fccher.de", "@x.com"])
+_LONG = st.builds("{}@{}.com".format, st.text(alphabet="abc.", min_size=40, max_size=70),
+                  st.lists(st.text(alphabet="abc", min_size=40, max_size=63), min_size=2,
+                           max_size=3).map(".".join))  # about the 254 characters an address may have
+_ADDRESS = st.one_of(st.builds("{}@{}".format, _LOCAL, _DOMAIN), _LONG, st.emails(),
+                     st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126),
+                              max_size=40))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_ADDRESS)
+def test_the_common_addresses_shortcut_says_what_validate_email_says(raw):
+    email = raw.strip()
+    common = _common_address(email)
+    if common is not None:  # otherwise validate_email reads it whole
+        assert _validated(email, raw=raw) == common
+
+
+@pytest.mark.parametrize("raw", ["John.Doe@Example.COM", "o'brien+news@mail.example.org",
+                                 "postmaster@Sub.Example.co.uk", "x@xn--bcher-kva.de"])
+def test_common_addresses_take_the_shortcut(raw):
+    assert _common_address(raw) == _validated(raw, raw=raw)
+
+
+@pytest.mark.parametrize("raw", ["a@localhost", "a@b@example.com", "a..b@example.com",
+                                 "a@[127.0.0.1]", "jos\u00e9@example.com", "a@b\u00fccher.de",
+                                 "a@" + "b" * 64 + ".com", "a" * 200 + "@" + "b" * 60 + ".com"])
+def test_other_addresses_are_left_to_validate_email(raw):
+    assert _common_address(raw) is None

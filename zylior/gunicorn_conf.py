@@ -5,7 +5,10 @@ import os
 
 accesslog = "-"
 errorlog = "-"
-timeout = 30  # seconds: a one-click unsubscribe is one short transaction
+# seconds a request may take before its worker is replaced: a one-click unsubscribe is one short
+# transaction, but a tenant's import of the largest file it may upload (20 MB, 900,000
+# addresses) takes about 30 s on two cores, most of it PostgreSQL's (measured; see README)
+timeout = 120
 graceful_timeout = 20
 
 if os.environ.get("LOG_FORMAT") == "json":

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
+import email_validator
 from django.core.exceptions import ValidationError
 from email_validator import EmailNotValidError, validate_email
+from email_validator.rfc_constants import DOT_ATOM_TEXT, EMAIL_MAX_LENGTH
+from email_validator.syntax import validate_email_domain_name
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 # Such an address is valid, and may be suppressed, but not mailed: Django's SMTP client encodes
@@ -31,6 +35,12 @@ def parse_address(raw: str) -> Address:
     if any(ch in email for ch in "\r\n\0"):
         raise ValidationError("%(value)r is not a valid email address: it contains a line break.",
                               code="invalid_email", params={"value": raw})
+    common = _common_address(email)
+    return common if common is not None else _validated(email, raw=raw)
+
+
+def _validated(email: str, *, raw: str) -> Address:
+    """The address as validate_email reads it, whole."""
     try:
         checked = validate_email(email, check_deliverability=False, allow_smtputf8=True)
     except EmailNotValidError as exc:
@@ -38,6 +48,39 @@ def parse_address(raw: str) -> Address:
                               code="invalid_email", params={"value": raw, "reason": exc}) from exc
     domain = (checked.ascii_domain or checked.domain).lower()
     return Address(email=email, email_lower=f"{checked.local_part.translate(_ASCII_LOWER)}@{domain}")
+
+
+def _common_address(email: str) -> Address | None:
+    """The address, when it is of the common kind (ASCII, a plain local part, a domain name)
+    and valid; None for any other, which validate_email reads whole. The same verdict and key
+    as validate_email's (tests/test_addresses.py checks it), from email_validator's own parts,
+    with the domain read once per domain: a list of 900,000 addresses spent three quarters of
+    its validation on the same few domains' characters (48 s for a 20 MB file, past the web
+    server's 30 s)."""
+    local, at, domain = email.partition("@")
+    if not (at and email.isascii() and DOT_ATOM_TEXT.match(local)) or "@" in domain:
+        return None
+    checked = _domain(domain)
+    if checked is None:
+        return None
+    ascii_domain, unicode_domain = checked
+    if len(local) + 1 + max(len(domain), len(ascii_domain), len(unicode_domain)) > EMAIL_MAX_LENGTH:
+        return None
+    return Address(email=email, email_lower=f"{local.translate(_ASCII_LOWER)}@{ascii_domain.lower()}")
+
+
+@lru_cache(maxsize=4096)
+def _domain(domain: str) -> tuple[str, str] | None:
+    """The domain name's IDNA and Unicode forms as validate_email reads them (None: it refuses
+    it, or it is a bracketed address: validate_email then says why)."""
+    if not domain or domain.startswith("["):
+        return None
+    try:
+        info = validate_email_domain_name(domain, test_environment=email_validator.TEST_ENVIRONMENT,
+                                          globally_deliverable=email_validator.GLOBALLY_DELIVERABLE)
+    except EmailNotValidError:
+        return None
+    return info["ascii_domain"], info["domain"]
 
 
 def email_lower(raw: str) -> str:
