@@ -5,10 +5,11 @@ then the recipients by what became of them."""
 from collections import Counter
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db.models import Count, Exists, OuterRef, Q
 
 from growth.job_ids import parse_job_id
+from growth.management.base import DatabaseCommand
 from growth.models import Campaign, Send, Subscriber, Suppression
 from growth.sending.console import on_one_line
 
@@ -25,7 +26,7 @@ OUTCOMES = [  # every send status, in the order of a row's life, each said for a
 ]
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Print what happened to a campaign's recipients (default: the latest campaign)."
 
     def add_arguments(self, parser):

@@ -2,15 +2,17 @@
 and one-click unsubscribe at SITE_URL (growth.deliverability.readiness says what each looks at).
 
 Each check prints OK, WARN, MISSING, MISALIGNED or ERROR, what was found, and what to publish.
-Exit status 0 when the sender is ready (nothing MISSING, MISALIGNED or ERROR), 1 otherwise. The
+Exit status 0 when the sender is ready (nothing MISSING, MISALIGNED or ERROR), 1 when it is not,
+2 for an unknown account, 3 when the database cannot be reached. The
 tenant's reputation (bounce and complaint rates) is printed too, for information.
 """
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from growth.deliverability import readiness
+from growth.management.base import ASKED_WRONG, DatabaseCommand
 from growth.models import Account
 from growth.reputation import guard
 from growth.sending.console import on_one_line
@@ -18,9 +20,10 @@ from growth.sending.console import on_one_line
 WIDTH = 12  # the status column
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = ("Check a tenant's sender: SPF, DKIM and DMARC of its From domain, and one-click "
-            "unsubscribe at SITE_URL. Exit status 0 when ready, 1 otherwise.")
+            "unsubscribe at SITE_URL. Exit status 0 when ready, 1 when not, 2 for an unknown "
+            "account, 3 when the database cannot be reached.")
 
     def add_arguments(self, parser):
         parser.add_argument("--account", required=True, metavar="SLUG", help="The account's slug.")
@@ -30,7 +33,7 @@ class Command(BaseCommand):
     def handle(self, *args, account: str, timeout: float, **options):
         tenant = Account.objects.filter(slug=account).first()
         if tenant is None:
-            raise CommandError(f"There is no account {account!r}.")
+            raise CommandError(f"There is no account {account!r}.", returncode=ASKED_WRONG)
         result = readiness.check_account(
             tenant, resolver=readiness.default_resolver(timeout=timeout, budget=max(30.0, 6 * timeout)),
             probe_timeout=timeout)

@@ -2,12 +2,13 @@
 rows, and recount them on request. The triggers keep them exact; only a write that bypassed
 them (a restore with triggers off, session_replication_role = replica) can make them drift."""
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from growth.management.base import DatabaseCommand
 from growth.models import SendTally
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = ("Check the campaigns' send tallies against their rows (default: every campaign); "
             "--repair recounts those that disagree. Reads every row: seconds per million.")
 

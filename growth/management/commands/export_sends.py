@@ -2,14 +2,15 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from growth.ledger.export import FORMATS
+from growth.management.base import DatabaseCommand
 from growth.managers.ledger import PAGE_SIZE, LedgerRow
 from growth.models import Campaign, Send
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = ("Export a campaign's recipients and what became of each (status, attempts, errors, "
             "ids, ESP feedback) as CSV or JSON Lines, read page by page in constant memory.")
 

@@ -1,7 +1,8 @@
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from growth.management.base import DatabaseCommand
 from growth.models import Campaign
 from growth.reconcile.evidence import EvidenceError
 from growth.reconcile.service import Report, Source, reconcile
@@ -10,7 +11,7 @@ from growth.sending.console import on_one_line
 LISTED = 20  # addresses still unknown listed one by one; beyond, a count
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = ("Settle a campaign's sends in doubt (unknown) on what the SMTP relay recorded: those "
             "whose Message-ID it accepted become sent, with the evidence; --retry-rest queues the "
             "rest again with the same key (a possible duplicate where it had accepted one).")

@@ -12,12 +12,12 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
 from growth.audience.addresses import parse_address
 from growth.management.arguments import count
+from growth.management.base import DatabaseCommand
 from growth.models import Account, Campaign, Membership, Segment, Subscriber, Suppression
 from growth.operations.campaigns import approve_campaign
 from growth.sending.console import on_one_line
@@ -41,7 +41,7 @@ DEMO_LOGINS = {"operator": ("operator-demo-password", True),
                "tenant": ("tenant-demo-password", False)}
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = ("Create (once) a demo tenant with ~10k subscribers, and a new approved campaign; with "
             "DEBUG on or --demo-logins, demo logins for /admin/ and /app/.")
 
