@@ -67,6 +67,30 @@ def test_provider_errors_map_onto_retry_or_failure(esp, status, kind):
     assert send(RESEND, delivery())[0].kind == kind
 
 
+@pytest.mark.parametrize(("status", "text"), [
+    (404, "Domain not found: mg.acme.example"),  # Mailgun: a sending domain it does not know
+    (422, "The 'From' address you supplied (news@acme.example) is not a Sender Signature on "
+          "your account. Please add and confirm this address in order to be able to use it in "
+          "the 'From' field of your messages."),  # Postmark, ErrorCode 400
+    (422, "Your account is pending approval."),  # Postmark, ErrorCode 412
+    (422, "invalid_from_address: Invalid `from` field. The email address needs to follow the "
+          "`email@example.com` or `Name <email@example.com>` format."),  # Resend
+])
+def test_a_provider_refusing_our_sender_or_domain_refuses_us_not_the_recipient(esp, status, text):
+    """Failed as the recipients' (a 4xx is final), every recipient of the campaign would fail
+    within minutes of a typo in the sending domain; refused, the campaign waits for the fix."""
+    esp.statuses, esp.error_codes = [status], [("", text)]
+    (outcome,) = send(RESEND, delivery())
+    assert outcome.kind == Outcome.REFUSED, outcome.error
+
+
+def test_a_provider_refusing_one_recipient_fails_that_recipient_alone(esp):
+    esp.statuses, esp.error_codes = [422], [("", "Invalid `to` field. The email address needs to "
+                                                 "follow the `email@example.com` format.")]
+    (outcome,) = send(RESEND, delivery())
+    assert outcome.kind == Outcome.PERMANENT, outcome.error
+
+
 def test_a_key_the_provider_does_not_take_refuses_us_once_for_the_whole_chunk(esp):
     esp.statuses = [401]
     outcomes = send(RESEND, delivery("campaign:7:1"), delivery("campaign:7:2"),

@@ -7,7 +7,8 @@ message that cannot even be built is permanent.
 A refusal of us, not of the recipient, is neither: the relay refused our login (a 5xx to AUTH,
 or no AUTH or STARTTLS offered), our host (a 5xx greeting or reply to EHLO) or our sender (a
 5xx to MAIL FROM), its certificate failed verification, an ESP did not take our key or would
-not let us (HTTP 401, 403), or the backend lacks its settings (ImproperlyConfigured). No
+not let us (HTTP 401, 403), knows no such sending domain or endpoint (404) or no such sender
+(``_ESP_REFUSES_US_TEXT``), or the backend lacks its settings (ImproperlyConfigured). No
 message of the campaign would fare better, and none reached anyone: the row is queued again, no
 attempt counted, and the worker pauses the campaign with the refusal for an operator
 (``Outcome.REFUSED``). Failing the rows would lose the campaign to a typo in a password;
@@ -83,6 +84,12 @@ _REFUSES_US_TEXT = re.compile(
     r"|relaying denied|relay not permitted|authentication required|not authenticated"
     r"|address is not verified|identities failed the check|sendasdenied"
     r"|permission to send as|permissions to send as", re.IGNORECASE)
+# An ESP's API refusing our sender or our account, as each says it (never said of a recipient
+# there): Postmark's 422 ErrorCode 400 ("... is not a Sender Signature on your account") and 412
+# ("account pending approval"), Resend's 422 invalid_from_address. An SMTP reply's "domain not
+# found" is the recipient's (Postfix's reject_unknown_recipient_domain): API answers only.
+_ESP_REFUSES_US_TEXT = re.compile(r"sender signature|pending approval|invalid_from_address"
+                                  r"|invalid `from` field", re.IGNORECASE)
 # our account's limit with the relay or ESP, not the recipient's provider's
 _ACCOUNT_LIMIT_TEXT = re.compile(r"maximum sending rate|sending quota|throttling failure"
                                  r"|account.{0,20}(rate|limit)", re.IGNORECASE)
@@ -295,8 +302,11 @@ def _anymail(exc, error: str) -> Failure:
         return Failure(Outcome.IN_DOUBT, error)
     if ses_code in _SES_THROTTLES:
         return _throttled(error, scope=Outcome.TRANSPORT)
-    if status in (401, 403) or ses_code in _SES_REFUSALS or (
-            status is not None and 400 <= status < 500 and _refuses_us(error)):
+    # 404: the sending endpoint or domain our settings name does not exist (Mailgun's "Domain
+    # not found"); an API's send request is never "not found" for a recipient
+    if status in (401, 403, 404) or ses_code in _SES_REFUSALS or (
+            status is not None and 400 <= status < 500
+            and (_refuses_us(error) or _ESP_REFUSES_US_TEXT.search(error))):
         return Failure(Outcome.REFUSED, error)
     if isinstance(exc, anymail_errors.AnymailRecipientsRefused | anymail_errors.AnymailInvalidAddress
                   | anymail_errors.AnymailUnsupportedFeature):
