@@ -845,7 +845,8 @@ class Worker:
             settled.update(SendLease.objects.settle(lease.id, _named(batch, lease, outcomes),
                                                     idempotent=self.idempotent,
                                                     **self._settle_policy(batch)))
-        return {i: status for i, status in settled.items() if i not in batch.named_at_claim}
+        named = batch.named_at_claim
+        return {i: status for i, status in settled.items() if i not in named}
 
     def _hand_over_lease(self, batch: Batch, answered: Sequence[tuple[Lease, list[Outcome]]],
                          lease: Lease) -> dict[int, str]:
@@ -859,9 +860,9 @@ class Worker:
             request, SendLease.objects.settle_and_hand_over_many, self._lease_hand_overs,
             settles=bool(answered))
         if answered:
+            named = batch.named_at_claim
             self._after_settle(batch, [o for _, outcomes in answered for o in outcomes],
-                               {i: s for i, s in settled.items()
-                                if i not in batch.named_at_claim})
+                               {i: s for i, s in settled.items() if i not in named})
         return handed
 
     def _hand_over_chunk(self, batch: Batch, answered: Sequence[Outcome],
