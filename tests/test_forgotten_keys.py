@@ -77,6 +77,10 @@ def _in_doubt_since(campaign: Campaign, seconds_ago: float) -> None:
                        [seconds_ago, campaign.id])
 
 
+def _attempts(campaign: Campaign) -> dict[int, int]:
+    return dict(Send.objects.filter(campaign=campaign).values_list("id", "attempts"))
+
+
 def _job_ids(campaign: Campaign) -> list[str]:
     return sorted(Send.objects.filter(campaign=campaign).values_list("job_id", flat=True))
 
@@ -92,6 +96,7 @@ def test_a_lost_workers_rows_go_again_only_while_the_receiver_remembers_their_ke
     campaign = sending_campaign(3, leases=leases)
     _lose_a_worker(campaign, leases=leases)
     _in_doubt_since(campaign, seconds_ago)
+    attempts = _attempts(campaign)
     receiver = Receiver()
     run_worker(transport=receiver, lease=LEASE)
     if resent:
@@ -102,6 +107,7 @@ def test_a_lost_workers_rows_go_again_only_while_the_receiver_remembers_their_ke
         assert statuses(campaign) == {"unknown": 3}
         assert set(Send.objects.filter(campaign=campaign).values_list("last_error", flat=True)) \
             == {FORGOTTEN_KEY}
+        assert _attempts(campaign) == attempts  # nothing was tried
     campaign.refresh_from_db()
     assert campaign.status == Campaign.Status.SENT  # nothing left to send either way
 

@@ -24,6 +24,9 @@ from growth.sending.transports.base import Outcome
 QUERIES = Queries.beside(__file__)
 
 SUPPRESSED = "suppressed"  # a settle's outcome for a row the claim or the hand-over found blocked
+# a settle's outcome for a row the claim found in doubt past the receiver's memory of its key:
+# 'unknown', not sent, its attempt not counted (as the row protocol's claim makes it)
+FORGOTTEN = "forgotten"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +134,12 @@ class LeaseManager(models.Manager):
         """End the lease and write each of its rows once; return {send id: new status} of the
         rows with an outcome.
 
-        ``outcomes``: one for each row of the lease, those found blocked as ``SUPPRESSED``; a
-        row without one is judged as recovery would judge it (``idempotent``: the receiver
-        de-duplicates), never left behind. ``attempts``: each row's attempt as the claim
-        returned it. A lease taken over is no longer this claim's: nothing is written, and the
-        result is empty (but for rows that recovery made 'unknown' from this lease and that were
-        in fact accepted: 'sent')."""
+        ``outcomes``: one for each row of the lease, those found blocked as ``SUPPRESSED``, those
+        in doubt past the receiver's memory as ``FORGOTTEN``; a row without one is judged as
+        recovery would judge it (``idempotent``: the receiver de-duplicates), never left behind.
+        ``attempts``: each row's attempt as the claim returned it. A lease taken over is no
+        longer this claim's: nothing is written, and the result is empty (but for rows that
+        recovery made 'unknown' from this lease and that were in fact accepted: 'sent')."""
         params = settle_params(outcomes, campaign_id=campaign_id, worker_id=worker_id,
                                attempts=attempts, retry_for=retry_for, backoff_base=backoff_base,
                                backoff_max=backoff_max, throttle_delay=throttle_delay)

@@ -231,7 +231,8 @@ WITH campaign AS MATERIALIZED (
 )
 UPDATE growth_sends s
    SET {{ sends._settled_outcome }},
-       attempts = s.attempts + CASE WHEN r.outcome IN ('throttled', 'suppressed', 'refused')
+       attempts = s.attempts + CASE WHEN r.outcome IN ('throttled', 'suppressed', 'refused',
+                                                       'forgotten')
                                     THEN 0 ELSE 1 END,
        -- not delivered (transient, throttled, refused), a row stays in doubt as it was, or is in
        -- doubt if a holder of the lease before the claim that took it over handed it over and
@@ -245,13 +246,14 @@ UPDATE growth_sends s
                                            (SELECT handed_over_at FROM ended), now())
                              WHEN r.outcome IN ('transient', 'throttled', 'refused')
                              THEN s.handed_over_at
-                             WHEN r.outcome IN ('in_doubt_retried', 'in_doubt')
+                             WHEN r.outcome IN ('in_doubt_retried', 'in_doubt', 'forgotten')
                              THEN coalesce(least(s.handed_over_at,
                                                  (SELECT in_doubt_since FROM ended),
                                                  (SELECT handed_over_at FROM ended)), now())
                              ELSE coalesce((SELECT handed_over_at FROM ended), s.handed_over_at,
                                            now()) END,
-       first_attempt_at = CASE WHEN r.outcome IN ('suppressed', 'refused') THEN s.first_attempt_at
+       first_attempt_at = CASE WHEN r.outcome IN ('suppressed', 'refused', 'forgotten')
+                               THEN s.first_attempt_at
                                ELSE coalesce(s.first_attempt_at,
                                              (SELECT handed_over_at FROM ended), now()) END,
        claimed_by = %(worker_id)s

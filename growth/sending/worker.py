@@ -58,7 +58,7 @@ from growth.audience.destinations import classify_recipient_domains
 from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
-from growth.managers.leases import SUPPRESSED, Lease, LeaseHandOver
+from growth.managers.leases import FORGOTTEN, SUPPRESSED, Lease, LeaseHandOver
 from growth.managers.queries import DATABASE_AWAY, discard_connection
 from growth.managers.sends import FORGOTTEN_KEY, Claimed, HandOver
 from growth.models import Campaign, Send, SendLease, SendTally, Suppression, WorkerHeartbeat
@@ -955,12 +955,12 @@ class Worker:
 
 def _named(batch: Batch, lease: Lease, outcomes: Sequence[Outcome]) -> list[Outcome]:
     """The outcomes of the lease's rows, its withheld rows named suppressed and its forgotten
-    ones in doubt: what its settle writes (a row of it without one is judged as recovery
+    ones forgotten: what its settle writes (a row of it without one is judged as recovery
     would)."""
     ids = {row.id for row in lease.rows}
     return [o for o in outcomes if o.send_id in ids] + [
         Outcome(i, SUPPRESSED) for i in sorted(ids & batch.withheld)] + [
-        Outcome(i, Outcome.IN_DOUBT, error=FORGOTTEN_KEY) for i in sorted(ids & batch.forgotten)]
+        Outcome(i, FORGOTTEN, error=FORGOTTEN_KEY) for i in sorted(ids & batch.forgotten)]
 
 
 def _nothing_to_deliver(batch: Batch) -> Delivering:
