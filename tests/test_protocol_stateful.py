@@ -43,8 +43,9 @@ from growth.models import (
     Suppression,
 )
 from growth.operations.campaigns import approve_campaign
+from growth.sending.batches import Batch, Tally
 from growth.sending.transports import BaseTransport, Outcome
-from growth.sending.worker import Batch, Tally, Worker
+from growth.sending.worker import Worker
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
 from tests.protocol_mutants import MUTANTS, mutated
 

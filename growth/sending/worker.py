@@ -46,8 +46,8 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, wait
-from dataclasses import dataclass, field, replace
+from concurrent.futures import wait
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -58,12 +58,13 @@ from growth.audience.destinations import classify_recipient_domains
 from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
-from growth.managers.leases import FORGOTTEN, SUPPRESSED, Lease, LeaseHandOver
+from growth.managers.leases import SUPPRESSED, Lease, LeaseHandOver
 from growth.managers.queries import DATABASE_AWAY, discard_connection
-from growth.managers.sends import FORGOTTEN_KEY, Claimed, HandOver
+from growth.managers.sends import Claimed, HandOver
 from growth.models import Campaign, Send, SendLease, SendTally, Suppression, WorkerHeartbeat
 from growth.observability import metrics
 from growth.reputation.guard import GuardSchedule
+from growth.sending.batches import Batch, Delivering, Tally
 from growth.sending.console import Console
 from growth.sending.hand_overs import HandOvers
 from growth.sending.heartbeat import Heartbeat
@@ -100,101 +101,6 @@ R = TypeVar("R")  # a wire's request to hand over (and settle)
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-@dataclass
-class Tally:
-    """What became of one batch, for its log line. Added to from the loop (rows suppressed at the
-    hand-over) and from the settler (outcomes), hence the lock."""
-
-    campaign_id: int
-    claimed: int
-    to_send: int
-    forgotten: int = 0  # made 'unknown' by the claim: in doubt past the receiver's memory
-    started: float = field(default_factory=time.monotonic)
-    counts: Counter = field(default_factory=Counter)  # new status -> rows
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, settled: dict[int, str]) -> None:
-        with self._lock:
-            self.counts.update(settled.values())
-
-    def report(self, worker_id: str, transport: str) -> None:
-        """Log the batch's line (debug: the console's progress lines are what an operator
-        reads) and count its rows in the worker's metrics."""
-        counts = {"sent": self.counts["sent"], "retry": self.counts["queued"],
-                  "failed": self.counts["failed"],
-                  "suppressed": (self.counts["suppressed"] + self.claimed - self.to_send
-                                 - self.forgotten),
-                  "cancelled": self.counts["cancelled"],
-                  "unknown": self.counts["unknown"] + self.forgotten,
-                  "left to lease expiry": self.to_send - sum(self.counts.values())}
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        logger.debug(
-            "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, unknown %d, "
-            "left to lease expiry %d (%.0f/s)",
-            self.campaign_id, self.claimed, counts["sent"], counts["retry"], counts["failed"],
-            counts["suppressed"], counts["unknown"], counts["left to lease expiry"],
-            self.claimed / elapsed,
-            extra={"campaign_id": self.campaign_id, "worker_id": worker_id,
-                   "claimed": self.claimed, **{k.replace(" ", "_"): n for k, n in counts.items()}},
-        )
-        for outcome, n in counts.items():
-            if n:
-                metrics.MESSAGES.labels(outcome=outcome, transport=transport).inc(n)
-
-
-@dataclass
-class Batch:
-    """Rows of one campaign claimed by this worker in one statement."""
-
-    campaign_id: int
-    rows: list[Claimed]
-    full: bool  # as many rows as were asked for: more is likely waiting
-    tally: Tally
-    leases: list[Lease] = field(default_factory=list)  # the lease protocol's (none: the row one)
-    # each row's attempt as claimed: with the worker id, what makes a row still ours
-    attempts: dict[int, int] = field(init=False)
-    destinations: dict[int, int | None] = field(init=False)  # each row's mailbox provider
-    # rows not to be sent (an opt-out found by the claim or the hand-over), which a lease's settle
-    # names as such
-    withheld: set[int] = field(init=False)
-    # rows in doubt past the receiver's memory of their key, which the claim made (or, on
-    # leases, their settle makes) 'unknown': never sent again
-    forgotten: set[int] = field(init=False)
-    # the transport refused us (Outcome.REFUSED): no wire takes another piece of the batch
-    refused: threading.Event = field(init=False, default_factory=threading.Event)
-    # what a transport raised that no receiver answers (errors.DEFECTS): contained on landing
-    broken: BaseException | None = field(init=False, default=None)
-
-    def __post_init__(self) -> None:
-        self.attempts = {row.id: row.attempts for row in self.rows}
-        self.destinations = {row.id: row.destination_id for row in self.rows}
-        self.withheld = {row.id for row in self.rows if row.status == Send.Status.SUPPRESSED}
-        self.forgotten = {row.id for row in self.rows if row.status == Send.Status.UNKNOWN}
-
-    @property
-    def named_at_claim(self) -> set[int]:
-        """Rows counted when they were found, not when their lease is settled."""
-        return self.withheld | self.forgotten
-
-    @property
-    def to_send(self) -> list[Claimed]:
-        """The rows under our lease (the others were suppressed by the claim)."""
-        return [row for row in self.rows if row.status == Send.Status.SENDING]
-
-
-@dataclass
-class Delivering:
-    """A batch on the wires: what each connection is doing with its part."""
-
-    batch: Batch
-    wires: list[Future]
-    # every piece of it is on a wire or answered (set when nothing of it waits for a wire)
-    dealt: threading.Event = field(default_factory=threading.Event)
-
-    def done(self) -> bool:
-        return all(wire.done() for wire in self.wires)
 
 
 class Worker:
@@ -426,7 +332,7 @@ class Worker:
         """Put the batch on the worker's connections (``growth.sending.wires``); ``_land``
         settles what they answered."""
         if not batch.to_send and (self.idempotent or not batch.leases):
-            return _nothing_to_deliver(batch)  # a lease's is settled when it lands
+            return Delivering.nothing(batch)  # a lease's is settled when it lands
         renderer = self._renderer(batch.campaign_id)  # what fails here fails the whole campaign
         if self.idempotent:
             return self._deliver_at_once(batch, renderer)
@@ -445,7 +351,7 @@ class Worker:
                                                            batch=batch),
                                    deadline=time.monotonic() + self.lease)
         if handed is None:
-            return _nothing_to_deliver(batch)  # no database for a whole lease: retried on expiry
+            return Delivering.nothing(batch)  # no database for a whole lease: retried on expiry
         batch.tally.add({i: status for i, status in handed.items() if status != Send.Status.SENDING})
         going = [row for row in batch.to_send if handed.get(row.id) == Send.Status.SENDING]
         size = -(-len(going) // self._wires.count) or 1
@@ -842,7 +748,7 @@ class Worker:
         withheld ones were counted when they were found)."""
         settled: dict[int, str] = {}
         for lease in leases:
-            settled.update(SendLease.objects.settle(lease.id, _named(batch, lease, outcomes),
+            settled.update(SendLease.objects.settle(lease.id, batch.lease_outcomes(lease, outcomes),
                                                     idempotent=self.idempotent,
                                                     **self._settle_policy(batch)))
         named = batch.named_at_claim
@@ -853,7 +759,7 @@ class Worker:
         """Plain receiver, on leases: hand over a wire's next lease, settling the leases it
         answered since in the same commit, which the other wires' waiting hand-overs share;
         return the hand-over's {send id: 'sending' | 'suppressed'} (empty: no longer ours)."""
-        request = LeaseHandOver([(done.id, _named(batch, done, outcomes))
+        request = LeaseHandOver([(done.id, batch.lease_outcomes(done, outcomes))
                                  for done, outcomes in answered], lease.id,
                                 self._settle_policy(batch))
         settled, handed = self._commit_hand_over(
@@ -951,19 +857,3 @@ class Worker:
                 if self._stop.wait(delay) and deadline is None:
                     return default
                 delay = min(delay * 2, DB_RETRY_MAX)
-
-
-def _named(batch: Batch, lease: Lease, outcomes: Sequence[Outcome]) -> list[Outcome]:
-    """The outcomes of the lease's rows, its withheld rows named suppressed and its forgotten
-    ones forgotten: what its settle writes (a row of it without one is judged as recovery
-    would)."""
-    ids = {row.id for row in lease.rows}
-    return [o for o in outcomes if o.send_id in ids] + [
-        Outcome(i, SUPPRESSED) for i in sorted(ids & batch.withheld)] + [
-        Outcome(i, FORGOTTEN, error=FORGOTTEN_KEY) for i in sorted(ids & batch.forgotten)]
-
-
-def _nothing_to_deliver(batch: Batch) -> Delivering:
-    delivering = Delivering(batch, [])
-    delivering.dealt.set()
-    return delivering
