@@ -64,6 +64,21 @@ def test_an_export_reads_back_and_a_bom_is_ignored():
     assert lines(found)["entries"] == [(2, "a@example.com")]
 
 
+@pytest.mark.parametrize("cell", ["550; 'no'; such user", "Spring; 'VIP'; sale"])
+def test_a_header_decides_the_delimiter_whatever_quotes_the_cells_hold(cell):
+    """An export of ours whose error or campaign name holds quoted text between semicolons: the
+    sniffer alone took ';' for the delimiter, and every line, the header's too, was invalid."""
+    rows = "".join(f'{name}@example.com,"{cell}"\n' for name in ("a", "b", "c"))
+    found = read_csv(csv_file("email,last_error\n" + rows))
+    assert lines(found) == {"entries": [(2, "a@example.com"), (3, "b@example.com"),
+                                        (4, "c@example.com")], "repeats": [], "invalid": []}
+
+
+def test_a_header_of_semicolons_is_read_as_one():
+    found = read_csv(csv_file("name;email\nAda, the first;a@example.com\n"))
+    assert lines(found)["entries"] == [(2, "a@example.com")]
+
+
 def test_a_quoted_field_over_two_lines_is_one_invalid_value_and_later_lines_keep_their_numbers():
     found = read_csv(csv_file('email\n"a\nb@example.com"\nc@example.com\n'))
     assert lines(found) == {"entries": [(4, "c@example.com")], "repeats": [],

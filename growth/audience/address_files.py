@@ -136,9 +136,16 @@ def spreadsheet_value(cell: str) -> str:
 
 
 def _dialect(text: str) -> type[csv.Dialect]:
-    """Excel's dialect with the file's delimiter. Only the delimiter is sniffed: the sniffer
-    would take the quote that makes a formula-like cell text (``'=1+2@example.com``) for the
-    file's quote character."""
+    """Excel's dialect with the file's delimiter. A header that names the address column under
+    one delimiter decides it: the sniffer guesses by quotes too, across lines, and a cell like
+    ``550; 'no'; such user`` in an export of ours made it take ';' for a file of commas. Only
+    the delimiter is sniffed: the sniffer would take the quote that makes a formula-like cell
+    text (``'=1+2@example.com``) for the file's quote character."""
+    header = text.lstrip("\r\n").partition("\n")[0]
+    for delimiter in ",;\t":
+        cells = next(csv.reader([header], delimiter=delimiter), [])
+        if len(cells) > 1 and any(cell.strip().lower() in HEADER_NAMES for cell in cells):
+            return type("Sniffed", (csv.excel,), {"delimiter": delimiter})
     try:
         delimiter = csv.Sniffer().sniff(text[:4096], delimiters=",;\t").delimiter
     except csv.Error:  # one column, or nothing to tell the delimiter by
