@@ -122,6 +122,42 @@ class TestAudience:
         second = create_follow_up(campaign_id=original.id, include_new_subscribers=True)
         assert build(second) == 0
 
+    @staticmethod
+    def _edit_address(row: Send, email: str) -> Subscriber:
+        """The row's subscriber's address edited, as the admin's change form saves it."""
+        subscriber = Subscriber.objects.get(id=row.subscriber_id)
+        subscriber.email = email
+        subscriber.save(update_fields=["email", "email_lower", "segment"])
+        return subscriber
+
+    def test_a_subscriber_whose_address_was_edited_is_not_new(self):
+        """Mailed the original at its old address, a subscriber is not among "those who joined
+        since" at its new one; one whose row failed is retried at the address it was built with,
+        and the count the confirmation page gave is what the build adds."""
+        original, _ = paused_with(["sent", "failed"])
+        self._edit_address(Send.objects.get(campaign=original, status="sent"), "moved@example.com")
+        failed = Send.objects.get(campaign=original, status="failed")
+        self._edit_address(failed, "moved-too@example.com")
+        counted = resend_audience(original)
+        assert counted.new_subscribers == 0
+        follow_up = create_follow_up(campaign_id=original.id, include_new_subscribers=True)
+        assert build(follow_up) == counted.total(include_unknown=False,
+                                                 include_new_subscribers=True) == 1
+        assert addresses(follow_up) == {failed.email_lower}
+
+    def test_a_new_subscriber_at_an_address_another_subscriber_left_is_new(self):
+        """DISTINCT ON picked the older, edited subscriber for the address, whose slot in the
+        follow-up its retried row held: the newcomer was never built."""
+        original, _ = paused_with(["sent", "failed"])
+        self._edit_address(Send.objects.get(campaign=original, status="failed"), "b@example.com")
+        newcomer = SubscriberFactory(segment=SegmentFactory(account=original.account),
+                                     email="b@example.com")
+        assert resend_audience(original).new_subscribers == 1
+        follow_up = create_follow_up(campaign_id=original.id, include_new_subscribers=True)
+        assert build(follow_up) == 2
+        assert Send.objects.filter(campaign=follow_up, subscriber=newcomer,
+                                   email_lower="b@example.com").exists()
+
     def test_a_follow_up_of_a_follow_up_never_reaches_the_first_campaigns_recipients(self):
         original, ledger = paused_with(["sent", "failed", "failed"])
         first = create_follow_up(campaign_id=original.id)
