@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from growth.models import Campaign, Send
 from growth.operations.campaigns import pause_campaign
+from tests.factories import SegmentFactory
 from tests.helpers import texts
 from tests.scenarios import operator, sending_campaign
 
@@ -87,3 +88,26 @@ def test_clone_makes_drafts_with_history(client, staff, tenant):
     assert clone.status == "draft" and clone.resend_of_id is None
     assert any("1 draft created" in t for t in texts(response))
     assert LogEntry.objects.get(object_id=str(clone.pk)).change_message.startswith("Clone of")
+
+
+def test_a_follow_ups_segments_are_its_originals_and_cannot_be_narrowed(client, staff, tenant):
+    """Its recipients were counted on the confirmation page, from the original's audience: a
+    narrower segment list would not narrow the rows it takes from the original."""
+    campaign = paused(tenant, ["failed", "failed"])
+    client.post(resend_url(campaign), {"name": "Spring sale, again"})
+    follow_up = Campaign.objects.get(resend_of=campaign)
+    segments = set(follow_up.segments.values_list("id", flat=True))
+    assert segments == set(campaign.segments.values_list("id", flat=True))
+    other = SegmentFactory(account=tenant)
+    change = reverse("admin:growth_campaign_change", args=[follow_up.pk])
+    page = client.get(change)
+    assert "segments" not in page.context["adminform"].form.fields
+    assert "A follow-up's segments are its original's" in page.content.decode()
+    form = {"name": follow_up.name, "subject": "Again", "body_text": follow_up.body_text,
+            "body_html": "", "scheduled_for_0": "", "scheduled_for_1": "", "window_starts": "",
+            "window_ends": "", "version": follow_up.updated_at.isoformat(),
+            "segments": [other.id]}
+    assert client.post(change, form).status_code == 302
+    follow_up.refresh_from_db()
+    assert follow_up.subject == "Again"  # the rest of the draft is edited as before
+    assert set(follow_up.segments.values_list("id", flat=True)) == segments

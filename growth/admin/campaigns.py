@@ -25,6 +25,10 @@ from growth.operations.previews import SendTestFailed, preview_campaign, send_te
 from growth.reputation.guard import REASON_PREFIX, reputation_warnings
 from growth.sending.transports.errors import REFUSAL_PREFIX
 
+# a follow-up's recipients were counted on its confirmation page: narrowing its segments would
+# make that count untrue, and the rows it takes from its original are the original's audience's
+FOLLOW_UP_SEGMENTS = (" A follow-up's segments are its original's: it reaches the recipients its "
+                      "original did not, and, if asked, those who joined these segments since.")
 CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segments", "window_starts",
                   "window_ends"]
 ENGINE_FIELDS = ["status", "pause_reason", "progress_detail", "recipients_built_at", "started_at",
@@ -100,7 +104,8 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
                                *(["pause_reason"] if obj and obj.pause_reason else []),
                                "scheduled_for", "version"]}),
             ("Content", {"fields": ["subject", "body_text", "body_html", "segments"],
-                         "description": "Editable while the campaign is a draft."}),
+                         "description": "Editable while the campaign is a draft." + (
+                             FOLLOW_UP_SEGMENTS if obj and obj.resend_of_id else "")}),
             ("Sending window", {"fields": ["window_starts", "window_ends"], "description": (
                 "The hours of the tenant's day (in its account's time zone) the campaign may send "
                 "in; both empty: any time. A window may span midnight (22:00–06:00). Editable "
@@ -115,7 +120,8 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
         if obj is None:
             return ENGINE_FIELDS
         if obj.status == Campaign.Status.DRAFT:
-            return [*ENGINE_FIELDS, "account", "resend_links"]
+            return [*ENGINE_FIELDS, "account", "resend_links",
+                    *(["segments"] if obj.resend_of_id else [])]
         return [*ENGINE_FIELDS, "account", *CONTENT_FIELDS, "resend_links"]
 
     # --- the list: one aggregate query for the whole page ----------------------------------
