@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email
 import re
+from datetime import UTC, datetime
 from email import policy
 from urllib.parse import urlsplit
 
@@ -16,7 +17,7 @@ from django.urls import resolve
 from growth.job_ids import message_id
 from growth.sending import rendering
 from growth.sending.rendering import MAX_SUBJECT, CampaignContent, CampaignRenderer, check_content
-from growth.sending.unsubscribe import UnsubscribeTarget, read_token
+from growth.sending.unsubscribe import LinkMaker, UnsubscribeTarget, read_token
 from tests.factories import AccountFactory, CampaignFactory, SubscriberFactory
 
 SITE_URL = "https://growth.example"
@@ -418,3 +419,37 @@ def test_a_template_that_only_prints_variables_renders_as_djangos_engine_would(s
     fast = rendering._compile(source, html=html)
     django = Engine(autoescape=html).from_string(source).render(Context(values, autoescape=html))
     assert fast(values) == django
+
+
+# --- the same message on every try -----------------------------------------------------------
+
+def _content(started_at=None) -> CampaignContent:
+    return CampaignContent(7, 3, "News of {% now 'F Y' %}",
+                           "Sent {% now 'Y-m-d H:i:s' %}, {% now 'U' as stamp %}{{ stamp }}\n", "",
+                           "news@acme.example", "Acme", started_at)
+
+
+def _rendered(content: CampaignContent) -> EmailMultiAlternatives:
+    renderer = CampaignRenderer(content, links=LinkMaker(SITE_URL), signer=None)
+    return renderer.render(job_id="campaign:7:1", email="ana@example.com", subscriber_id=1)
+
+
+def test_now_shows_the_moment_the_campaign_started_in_every_try_of_a_message():
+    """A message sent again under its key, on another worker an hour later, must be the message
+    first sent: Resend refuses a key reused with another body."""
+    started = datetime(2026, 3, 1, 8, 30, tzinfo=UTC)
+    first = _rendered(_content(started))
+    again = _rendered(_content(started))  # a renderer of another worker
+    assert first.subject == "News of March 2026"
+    assert first.body.startswith("Sent 2026-03-01 08:30:00, 1772353800\n")
+    assert (again.subject, again.body) == (first.subject, first.body)
+
+
+def test_before_a_campaign_sends_now_is_the_clock():
+    """A preview or a test message: the campaign has not started."""
+    assert _rendered(_content()).subject == f"News of {datetime.now(UTC):%B %Y}"
+
+
+def test_a_template_cannot_name_the_moment_now_shows():
+    with pytest.raises(ValidationError, match="may not begin with underscores"):
+        check_content(subject="Hi", body_text="{{ _moment }}", body_html="")

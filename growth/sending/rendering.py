@@ -18,6 +18,7 @@ import html as html_lib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from operator import itemgetter
 
 from django.conf import settings
@@ -29,10 +30,10 @@ from growth.job_ids import message_id
 from growth.sending import dkim, verp
 from growth.sending.mime import MessageLayout, OutgoingEmail
 from growth.sending.sender import from_header
-from growth.sending.templating import ALLOWED, HTML, TEXT
+from growth.sending.templating import ALLOWED, HTML, MOMENT, TEXT
 from growth.sending.unsubscribe import LinkMaker
 
-_BARE_VARIABLE = re.compile(r"{{\s*([A-Za-z_][A-Za-z0-9_]*)\s*}}")
+_BARE_VARIABLE = re.compile(r"{{\s*([A-Za-z][A-Za-z0-9_]*)\s*}}")  # Django: no leading _
 _LITERALS = {"True", "False", "None"}  # Django prints them, as no variable
 _MENTIONS_UNSUBSCRIBE = re.compile(r"{{\s*unsubscribe_url\s*(\|[^}]*)?}}")
 TEXT_FOOTER = "\n\n--\nUnsubscribe: {{ unsubscribe_url }}\n"
@@ -53,12 +54,13 @@ class CampaignContent:
     body_html: str
     from_email: str
     from_name: str
+    started_at: datetime | None = None  # what {% now %} shows (templating.MOMENT)
 
     @classmethod
     def of(cls, campaign) -> CampaignContent:
         account = campaign.account
         return cls(campaign.id, campaign.account_id, campaign.subject, campaign.body_text,
-                   campaign.body_html, account.from_email, account.from_name)
+                   campaign.body_html, account.from_email, account.from_name, campaign.started_at)
 
 
 def check_content(*, subject: str, body_text: str, body_html: str) -> None:
@@ -116,7 +118,8 @@ class CampaignRenderer:
         if needs_smtputf8(email):  # a row saved before the rule, or past the forms
             raise ValueError(f"{email} cannot be mailed: {SMTPUTF8_REFUSAL}")
         recipient = on_the_wire(email)  # the template shows the address as the tenant has it
-        values = {"email": email, "unsubscribe_url": unsubscribe_url}
+        values = {"email": email, "unsubscribe_url": unsubscribe_url,
+                  MOMENT: self.content.started_at}
         subject = subject_prefix + self._subject(values).strip()
         if "\n" in subject or "\r" in subject:
             raise ValueError("the rendered subject has a line break")

@@ -11,11 +11,17 @@ and ``{% include %}``, ``{% debug %}`` and ``{% load %}`` reach past the templat
 
 What is left renders in time and space linear in the template and the values: conditions,
 comments, and filters that change text without multiplying it.
+
+And it renders the same message for a recipient every time: ``{% now %}`` shows the moment the
+campaign started sending (``MOMENT`` in the context), not the clock's. A message sent again under
+its key, after its first answer was lost, must be the one first sent: an ESP that de-duplicates
+refuses a key reused with another body (Resend's 409 ``invalid_idempotent_request``).
 """
 
 from __future__ import annotations
 
 from django.template import Engine, Library, defaultfilters, defaulttags
+from django.utils import timezone
 
 TAGS = ("if", "filter", "autoescape", "comment", "spaceless", "verbatim", "templatetag", "now")
 FILTERS = (
@@ -26,8 +32,29 @@ FILTERS = (
     "upper", "urlencode", "wordcount", "wordwrap", "yesno",
 )
 
+MOMENT = "_moment"  # a template cannot name it (a variable may not begin with an underscore)
+
+
+class _MomentNode(defaulttags.NowNode):
+    def render(self, context):
+        moment = context.get(MOMENT)
+        if moment is None:  # a preview, a test message: not sending yet
+            return super().render(context)
+        formatted = defaultfilters.date(timezone.localtime(moment), self.format_string)
+        if self.asvar:
+            context[self.asvar] = formatted
+            return ""
+        return formatted
+
+
+def _now(parser, token) -> _MomentNode:
+    clock = defaulttags.now(parser, token)  # Django's parsing and its errors
+    return _MomentNode(clock.format_string, clock.asvar)
+
+
 register = Library()
 register.tags.update({name: defaulttags.register.tags[name] for name in TAGS})
+register.tags["now"] = _now
 register.filters.update({name: defaultfilters.register.filters[name] for name in FILTERS})
 
 
