@@ -1,9 +1,11 @@
 """A fake ESP HTTP API on loopback, speaking just enough of Resend's, Brevo's and Amazon SES's
 (v2) send endpoints for django-anymail, and de-duplicating on Resend's and Brevo's idempotency
-keys as the real ones do (SES has none)."""
+keys as the real ones do (SES has none). Resend binds a key to the body it first came with: the
+same key with another body is refused (409 ``invalid_idempotent_request``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -30,6 +32,7 @@ class FakeESP:
     misbehaviour: list[str] = field(default_factory=list)
     stall_for: float = 2.0
     ids_by_key: dict[str, str] = field(default_factory=dict)
+    bodies_by_key: dict[str, str] = field(default_factory=dict)  # Resend's: a digest of the body
 
     def start(self) -> FakeESP:
         esp = self
@@ -48,6 +51,13 @@ class FakeESP:
                     return self._answer(status, {"message": text}, headers)
                 key = self.headers.get("Idempotency-Key") or body.get("headers", {}).get(
                     "idempotencyKey")
+                if self.path.endswith("/emails") and key:  # Resend
+                    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+                    if esp.bodies_by_key.setdefault(key, digest) != digest:
+                        return self._answer(409, {
+                            "statusCode": 409, "name": "invalid_idempotent_request",
+                            "message": "This idempotency key has been used on a request with "
+                                       "another body."})
                 message_id = esp.ids_by_key.setdefault(key or str(uuid.uuid4()), str(uuid.uuid4()))
                 misbehaving = esp.misbehaviour.pop(0) if esp.misbehaviour else None
                 if misbehaving == "stall":

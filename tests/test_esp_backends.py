@@ -6,7 +6,9 @@ import json
 from email import message_from_bytes
 
 import pytest
+from django.utils import timezone
 
+from growth.models import Account, Send
 from growth.sending.backends.brevo import brevo_key
 from growth.sending.rendering import CampaignContent, CampaignRenderer
 from growth.sending.transports import Delivery, Outcome, receiver_deduplicates
@@ -14,6 +16,7 @@ from growth.sending.transports.django_mail import DjangoMailTransport
 from growth.sending.unsubscribe import LinkMaker
 from growth.sending.worker import Worker
 from tests.esp_server import FakeESP
+from tests.scenarios import rows_by_status, sending_campaign
 
 RESEND = "growth.sending.backends.resend.EmailBackend"
 BREVO = "growth.sending.backends.brevo.EmailBackend"
@@ -253,3 +256,57 @@ def test_recipients_the_provider_refused_in_a_success_answer_fail_for_good():
     answer.status_code, answer.reason, answer._content = 200, "OK", b'{"status": "rejected"}'
     refused = AnymailRecipientsRefused(response=answer, status_code=200)
     assert classify_failure(refused).kind == Outcome.PERMANENT
+
+
+# --- a key reused with another body ------------------------------------------------------------
+
+def test_a_key_resend_holds_for_another_body_is_in_doubt_for_good(esp):
+    """Resend binds a key to the body it first came with: a retry whose body changed (the
+    account's sender renamed between the tries) is refused, every time, and a resend under
+    another key could be a second message."""
+    send(RESEND, delivery())
+    renamed = CampaignContent(7, 3, "Hi {{ email }}", "Hello\n", "<p>Hello</p>",
+                              "news@acme.example", "Acme Newsroom")
+    message = CampaignRenderer(renamed, links=LinkMaker("https://growth.example")).render(
+        job_id="campaign:7:42", email="ana@example.com", subscriber_id=42)
+    (outcome,) = send(RESEND, Delivery(42, "campaign:7:42", message))
+    assert outcome.kind == Outcome.KEY_TAKEN
+    assert "invalid_idempotent_request" in outcome.error
+
+
+def _try_once() -> None:
+    Worker(transport=DjangoMailTransport(backend=RESEND), lease=60, batch_size=10,
+           once=True).run()
+
+
+def _lose_the_first_answer(esp, settings, campaign) -> None:
+    """The campaign's one message is taken by Resend and its answer lost: in doubt, due again
+    under its key."""
+    settings.ANYMAIL = {**settings.ANYMAIL, "REQUESTS_TIMEOUT": 0.5}
+    esp.misbehaviour, esp.stall_for = ["stall"], 1.5
+    _try_once()
+    assert rows_by_status(campaign) == {"queued": 1}
+    Send.objects.filter(campaign=campaign).update(next_attempt_at=timezone.now())
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
+def test_a_message_whose_answer_was_lost_goes_again_as_it_first_went(esp, settings, leases):
+    """{% now %} is the campaign's start: the retry is the same body, absorbed under its key."""
+    campaign = sending_campaign(1, leases=leases, body_text="Sent at {% now 'Y-m-d H:i:s.u' %}\n")
+    _lose_the_first_answer(esp, settings, campaign)
+    _try_once()
+    assert len(esp.requests) == 2 and len(esp.ids_by_key) == 1
+    assert rows_by_status(campaign) == {"sent": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
+def test_a_retry_refused_for_another_body_leaves_the_row_unknown_at_once(esp, settings, leases):
+    campaign = sending_campaign(1, leases=leases)
+    _lose_the_first_answer(esp, settings, campaign)
+    Account.objects.filter(id=campaign.account_id).update(from_name="Acme Newsroom")
+    _try_once()
+    assert len(esp.requests) == 2
+    (row,) = Send.objects.filter(campaign=campaign)
+    assert row.status == Send.Status.UNKNOWN and "invalid_idempotent_request" in row.last_error

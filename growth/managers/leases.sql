@@ -246,7 +246,8 @@ UPDATE growth_sends s
                                            (SELECT handed_over_at FROM ended), now())
                              WHEN r.outcome IN ('transient', 'throttled', 'refused')
                              THEN s.handed_over_at
-                             WHEN r.outcome IN ('in_doubt_retried', 'in_doubt', 'forgotten')
+                             WHEN r.outcome IN ('in_doubt_retried', 'in_doubt', 'key_taken',
+                                                 'forgotten')
                              THEN coalesce(least(s.handed_over_at,
                                                  (SELECT in_doubt_since FROM ended),
                                                  (SELECT handed_over_at FROM ended)), now())

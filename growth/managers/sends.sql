@@ -437,12 +437,13 @@ unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
 -- 'in_doubt': the whole message went out and no answer came, to a plain receiver: nobody knows
 -- whether it arrived. 'in_doubt_retried': the same, to a receiver that de-duplicates: it goes
 -- again under its key, and stays in doubt until sent (its hand-over kept: no follow-up takes it
--- as never reached); cancelled, or past the horizon, it is 'unknown'. 'forgotten': the lease
--- protocol's claim found the row in doubt past the receiver's memory of its key: 'unknown', unsent.
+-- as never reached); cancelled, or past the horizon, it is 'unknown'. 'key_taken': the receiver
+-- holds another message under the key: 'unknown'. 'forgotten': the lease protocol's claim found
+-- the row in doubt past the receiver's memory of its key: 'unknown', unsent.
 status = CASE
     WHEN r.outcome = 'sent' THEN 'sent'
     WHEN r.outcome = 'suppressed' THEN 'suppressed'
-    WHEN r.outcome IN ('in_doubt', 'forgotten') THEN 'unknown'
+    WHEN r.outcome IN ('in_doubt', 'key_taken', 'forgotten') THEN 'unknown'
     WHEN {{ _retried }} THEN 'queued'
     WHEN r.outcome = 'in_doubt_retried' THEN 'unknown'
     WHEN r.outcome IN ('transient', 'throttled', 'refused') AND c.status = 'cancelled'

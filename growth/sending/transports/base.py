@@ -36,6 +36,10 @@ class Outcome:
     # IN_DOUBT to a receiver that de-duplicates (the worker's reading): due again under the same
     # key, and in doubt until sent (a follow-up, under its own key, must not take it)
     IN_DOUBT_RETRIED = "in_doubt_retried"
+    # the receiver holds another message under our key (an ESP's "idempotency key reused with
+    # a different body"): an earlier try whose answer was lost took it, or another sender uses
+    # our key. In doubt for good: 'unknown' for an operator, never sent again under that key
+    KEY_TAKEN = "key_taken"
     # the relay or ESP refused us, not the recipient (our login, our API key, our host, its
     # certificate, our sender): not delivered, and no message of the campaign would be. The
     # row is due again at once, no attempt counted, and the worker pauses the campaign with

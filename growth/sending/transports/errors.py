@@ -133,7 +133,7 @@ class MessageInDoubt(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    kind: str  # Outcome.TRANSIENT, PERMANENT, THROTTLED, IN_DOUBT or REFUSED
+    kind: str  # Outcome.TRANSIENT, PERMANENT, THROTTLED, IN_DOUBT, KEY_TAKEN or REFUSED
     error: str
     reconnect: bool = False  # the connection is no longer usable
     throttle_scope: str = ""  # for THROTTLED: Outcome.DESTINATION or Outcome.TRANSPORT
@@ -314,6 +314,12 @@ def _anymail(exc, error: str) -> Failure:
     # the answer came as a success we cannot read
     if isinstance(exc, anymail_errors.AnymailAPIError) and status is not None and 200 <= status < 300:
         return Failure(Outcome.IN_DOUBT, error)
+    # Resend: "this idempotency key has been used on a request with another body". An earlier
+    # try of this row, whose answer was lost, took the key: its message may be the one delivered.
+    # Every resend under the key gets the same answer, and one under another key could be a
+    # second message. (Resend's other 409, a request under the key still in progress, is retried.)
+    if status == 409 and "invalid_idempotent_request" in error:
+        return Failure(Outcome.KEY_TAKEN, error)
     if status == 429:  # the ESP's limit on our account
         return _throttled(error, retry_after=_retry_after(exc), scope=Outcome.TRANSPORT)
     if status is not None and 400 <= status < 500 and status not in (408, 409, 425, 429):
