@@ -90,6 +90,21 @@ _REFUSES_US_TEXT = re.compile(
 # found" is the recipient's (Postfix's reject_unknown_recipient_domain): API answers only.
 _ESP_REFUSES_US_TEXT = re.compile(r"sender signature|pending approval|invalid_from_address"
                                   r"|invalid `from` field", re.IGNORECASE)
+# An ESP's API saying our ACCOUNT cannot send now, whatever its 4xx (429 included): no credits,
+# a daily or monthly quota spent, sending suspended or paused. No message of the campaign would
+# fare better until a person tops up, upgrades, re-enables (or the quota's day is over): a refusal
+# of us. Retried as a throttle, every row would fail at the retry horizon; failed, at once.
+_ESP_ACCOUNT_CANNOT_SEND_TEXT = re.compile(
+    r"not allowed to send|may not send|account is pending|daily message quota"
+    r"|(daily|monthly) email sending quota|maximum credits exceeded|out of credits",
+    re.IGNORECASE)
+# the same as the ESP's own code in its JSON answer: Postmark's ErrorCode (HTTP 422: 10 bad
+# token, 400/401 sender signature, 405 not allowed to send, 412 pending, 413 may not send),
+# Resend's name (429), Brevo's code (402, or its account under validation)
+_ESP_ACCOUNT_CODES = {("ErrorCode", 10), ("ErrorCode", 400), ("ErrorCode", 401),
+                      ("ErrorCode", 405), ("ErrorCode", 412), ("ErrorCode", 413),
+                      ("name", "daily_quota_exceeded"), ("name", "monthly_quota_exceeded"),
+                      ("code", "not_enough_credits"), ("code", "account_under_validation")}
 # our account's limit with the relay or ESP, not the recipient's provider's
 _ACCOUNT_LIMIT_TEXT = re.compile(r"maximum sending rate|sending quota|throttling failure"
                                  r"|account.{0,20}(rate|limit)", re.IGNORECASE)
@@ -291,7 +306,19 @@ def _retry_after(exc) -> float | None:
 # Amazon SES's error codes that refuse our account or sender, whatever their HTTP status
 _SES_REFUSALS = {"AccountSuspendedException", "SendingPausedException",
                  "AccountSendingPausedException", "MailFromDomainNotVerifiedException"}
-_SES_THROTTLES = {"Throttling", "TooManyRequestsException", "LimitExceededException"}
+_SES_THROTTLES = {"Throttling", "ThrottlingException", "TooManyRequestsException",
+                  "LimitExceededException"}
+
+
+def _esp_account_code(exc) -> bool:
+    """Whether the ESP's JSON answer carries one of ``_ESP_ACCOUNT_CODES``."""
+    response = getattr(exc, "response", None)
+    try:
+        body = response.json()
+    except (AttributeError, ValueError):  # no answer, boto3's dict, not JSON
+        return False
+    return isinstance(body, dict) and any(body.get(key) == value
+                                          for key, value in _ESP_ACCOUNT_CODES)
 
 
 def _anymail(exc, error: str) -> Failure:
@@ -300,11 +327,14 @@ def _anymail(exc, error: str) -> Failure:
     status = status if status is not None else ses_status
     if _sent_without_answer(exc):
         return Failure(Outcome.IN_DOUBT, error)
+    if status is not None and 400 <= status < 500 and (
+            _ESP_ACCOUNT_CANNOT_SEND_TEXT.search(error) or _esp_account_code(exc)):
+        return Failure(Outcome.REFUSED, error)
     if ses_code in _SES_THROTTLES:
         return _throttled(error, scope=Outcome.TRANSPORT)
     # 404: the sending endpoint or domain our settings name does not exist (Mailgun's "Domain
     # not found"); an API's send request is never "not found" for a recipient
-    if status in (401, 403, 404) or ses_code in _SES_REFUSALS or (
+    if status in (401, 402, 403, 404) or ses_code in _SES_REFUSALS or (
             status is not None and 400 <= status < 500
             and (_refuses_us(error) or _ESP_REFUSES_US_TEXT.search(error))):
         return Failure(Outcome.REFUSED, error)
