@@ -225,3 +225,15 @@ def test_a_postmark_refusal_of_the_recipient_address_is_still_the_recipients(esp
     esp.answers = [(422, {"ErrorCode": 300, "Message": "Invalid 'To' address: 'r1@example.com'."}, {})]
     (outcome,) = send_chunk(POSTMARK, size=1)
     assert outcome.kind == Outcome.PERMANENT, outcome.error
+
+
+def test_a_postmark_refusal_naming_no_address_of_ours_is_not_counted_sent(esp):
+    """Postmark's ErrorCode 300 means "email not sent"; anymail matches the address its message
+    names to ours, and when it cannot, it reports the recipient 'unknown', with no message id and
+    no error. That message was not taken."""
+    esp.answers = [(422, {"ErrorCode": 300,
+                          "Message": "Error parsing 'To': Illegal email address 'r1@example..com'. "
+                                     "It must contain the '@' symbol."}, {})]
+    (outcome,) = send_chunk(POSTMARK, size=1)
+    assert outcome.kind == Outcome.PERMANENT
+    assert "Illegal email address" in outcome.error

@@ -159,6 +159,13 @@ class DjangoMailTransport(BaseTransport):
         if status is not None and status.status and status.status <= _ANYMAIL_REFUSED:
             return Outcome(delivery.send_id, Outcome.PERMANENT,
                            error=f"provider refused: {', '.join(sorted(status.status))}")
+        if (status is not None and status.status and not status.message_id
+                and status.status <= _ANYMAIL_REFUSED | {"unknown"}):
+            # no id, and no word that it was taken: Postmark's 422 (ErrorCode 300, "email not
+            # sent") naming an address anymail could not match to ours
+            return Outcome(delivery.send_id, Outcome.PERMANENT,
+                           error="provider did not take the message: "
+                                 + getattr(status.esp_response, "text", "")[:500])
         if not accepted:
             return Outcome(delivery.send_id, Outcome.TRANSIENT, error="the backend sent nothing")
         provider_id = (status.message_id if status is not None and status.message_id
