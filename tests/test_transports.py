@@ -269,6 +269,12 @@ def test_each_failure_is_stored_as_code_and_text_or_name_and_message(exc, stored
                                                          b"rejected: User unknown")}), "permanent"),
     (smtplib.SMTPDataError(530, b"5.7.57 Client not authenticated to send mail"), "refused"),
     (smtplib.SMTPDataError(554, b"5.7.1 Message rejected as spam"), "permanent"),
+    # Amazon SES over SMTP: the day's quota spent is no "slow down"; its rate limit is one
+    (smtplib.SMTPSenderRefused(454, b"Throttling failure: Daily message quota exceeded.",
+                               "a@x.example"), "refused"),
+    (smtplib.SMTPDataError(454, b"Throttling failure: Daily message quota exceeded."), "refused"),
+    (smtplib.SMTPSenderRefused(454, b"Throttling failure: Maximum sending rate exceeded.",
+                               "a@x.example"), "throttled"),
 ])
 def test_which_failures_refuse_us_rather_than_the_recipient(exc, kind):
     assert classify_failure(exc).kind == kind

@@ -78,6 +78,10 @@ _THROTTLE_STATUS = re.compile(r"^4\.(7\.\d{1,3}|2\.1|3\.2|4\.5|5\.3)$")
 _THROTTLE_TEXT = re.compile(r"\brate\b|throttl|too many (messages|connections|recipients)"
                             r"|slow down|temporarily deferred|busy", re.IGNORECASE)
 _GREYLISTED = re.compile(r"grey ?list|gray ?list", re.IGNORECASE)  # a first-contact test
+# a relay saying our account's quota for the day is spent (Amazon SES over SMTP: "454 Throttling
+# failure: Daily message quota exceeded"), a 4xx though nothing goes before the next day: as its
+# API's answer, a refusal of us
+_DAILY_QUOTA_TEXT = re.compile(r"daily message quota", re.IGNORECASE)
 # a relay's refusal of us (our host, our sender, our login) given at RCPT TO or at DATA
 _REFUSES_US_TEXT = re.compile(
     r"sender address rejected|client host rejected|helo command rejected|relay access denied"
@@ -164,6 +168,9 @@ def classify_failure(exc: BaseException) -> Failure:
     error = describe(exc)
     if isinstance(exc, MessageInDoubt):
         return Failure(Outcome.IN_DOUBT, error, reconnect=True)
+    if isinstance(exc, smtplib.SMTPResponseException | smtplib.SMTPRecipientsRefused) and (
+            _DAILY_QUOTA_TEXT.search(error)):
+        return Failure(Outcome.REFUSED, error, reconnect=True)
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         replies = list(exc.recipients.values())
         codes = [code for code, _ in replies]
