@@ -31,6 +31,8 @@ class FakeESP:
     # answer comes after stall_for seconds), "garbled" (a success whose body is not JSON)
     misbehaviour: list[str] = field(default_factory=list)
     stall_for: float = 2.0
+    # whole scripted answers (status, JSON body, headers), before anything else: an ESP's own
+    answers: list[tuple[int, object, dict]] = field(default_factory=list)
     ids_by_key: dict[str, str] = field(default_factory=dict)
     bodies_by_key: dict[str, str] = field(default_factory=dict)  # Resend's: a digest of the body
 
@@ -39,8 +41,14 @@ class FakeESP:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    body = json.loads(raw)
+                except ValueError:  # Mailgun's form
+                    body = {}
                 esp.requests.append(Request(self.path, dict(self.headers), body))
+                if esp.answers:
+                    return self._answer(*esp.answers.pop(0))
                 status = esp.statuses.pop(0) if esp.statuses else None
                 if status and status >= 400:
                     code, text = (esp.error_codes.pop(0) if esp.error_codes

@@ -8,10 +8,6 @@ and read by growth/sending/transports/errors.py as the worker reads it (DjangoMa
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 from growth.sending.rendering import CampaignContent, CampaignRenderer
@@ -31,46 +27,9 @@ SES = "anymail.backends.amazon_ses.EmailBackend"
 pytestmark = pytest.mark.filterwarnings("ignore:django-anymail has dropped official support")
 
 
-class ScriptedESP:
-    """Answers every POST with the next scripted (status, JSON body, headers)."""
-
-    def __init__(self) -> None:
-        self.answers: list[tuple[int, object, dict]] = []
-        self.requests: list[str] = []
-
-    def start(self) -> ScriptedESP:
-        esp = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                esp.requests.append(self.path)
-                status, body, headers = esp.answers.pop(0)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_port}/"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 @pytest.fixture
 def esp(settings):
-    server = ScriptedESP().start()
+    server = FakeESP().start()
     settings.ANYMAIL = {
         "POSTMARK_SERVER_TOKEN": "pm-test", "POSTMARK_API_URL": server.url,
         "RESEND_API_KEY": "re_test", "RESEND_API_URL": server.url,

@@ -122,24 +122,22 @@ ON CONFLICT DO NOTHING;
 -- _new_to_the_chain --
 -- A subscriber row s that no campaign of the chain (its first campaign, root_id, and every
 -- follow-up of it) has a row for, by its address or by itself: probed per campaign through
--- (campaign_id, email_lower) and (campaign_id, subscriber_id). A subscriber whose address was
+-- (campaign_id, email_lower) and (subscriber_id, campaign_id). A subscriber whose address was
 -- edited since its row was built is not new (it was mailed, or its row is retried, at the
 -- address it was built with); and were it taken, DISTINCT ON would pick it over a newer
 -- subscriber at its new address, whose row would then conflict with its own and never be built.
 NOT EXISTS (SELECT 1
               FROM growth_sends x
-             WHERE x.campaign_id IN (SELECT m.id
-                                       FROM growth_campaigns m
-                                      WHERE m.id = %(root_id)s
-                                         OR m.resend_root_id = %(root_id)s)
+             WHERE x.campaign_id IN ({{ _chain }})
                AND x.email_lower = s.email_lower)
 AND NOT EXISTS (SELECT 1
                   FROM growth_sends y
-                 WHERE y.campaign_id IN (SELECT m.id
-                                           FROM growth_campaigns m
-                                          WHERE m.id = %(root_id)s
-                                             OR m.resend_root_id = %(root_id)s)
+                 WHERE y.campaign_id IN ({{ _chain }})
                    AND y.subscriber_id = s.id)
+
+-- _chain --
+-- The campaigns of a chain: its first campaign, root_id, and every follow-up of it.
+SELECT m.id FROM growth_campaigns m WHERE m.id = %(root_id)s OR m.resend_root_id = %(root_id)s
 
 -- build_new_subscribers --
 -- Step 4, if the operator asked for it: subscribers of the follow-up's audience whose address
