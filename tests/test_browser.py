@@ -343,6 +343,9 @@ def test_an_operator_resends_a_paused_campaign_to_the_rest(page):
     page.get_by_role("button", name="Create the follow-up (a draft)").click()
     expect(page.locator(".messagelist")).to_contain_text("Created the draft")
     expect(page.locator("body")).to_contain_text("follow-up of")
+    # its segments are its original's: shown, with the reason, and no chooser to narrow them
+    expect(page.locator("body")).to_contain_text("A follow-up's segments are its original's")
+    expect(page.locator("select[id^=id_segments]")).to_have_count(0)
     shot(page, "admin-campaign-follow-up")
     follow_up = Campaign.objects.get(resend_of=campaign)
     assert follow_up.status == "draft" and follow_up.name == "Spring sale — resend to the rest"
