@@ -99,9 +99,8 @@ _ESP_REFUSES_US_TEXT = re.compile(r"sender signature|pending approval|invalid_fr
 # fare better until a person tops up, upgrades, re-enables (or the quota's day is over): a refusal
 # of us. Retried as a throttle, every row would fail at the retry horizon; failed, at once.
 _ESP_ACCOUNT_CANNOT_SEND_TEXT = re.compile(
-    r"not allowed to send|may not send|account is pending|daily message quota"
-    r"|(daily|monthly) email sending quota|maximum credits exceeded|out of credits",
-    re.IGNORECASE)
+    r"not allowed to send|may not send|account is pending|(daily|monthly) email sending quota"
+    rf"|maximum credits exceeded|out of credits|{_DAILY_QUOTA_TEXT.pattern}", re.IGNORECASE)
 # the same as the ESP's own code in its JSON answer: Postmark's ErrorCode (HTTP 422: 10 bad
 # token, 400/401 sender signature, 405 not allowed to send, 412 pending, 413 may not send),
 # Resend's name (429), Brevo's code (402, or its account under validation)
