@@ -270,6 +270,13 @@ class Campaign(models.Model):
     scheduled_for = models.DateTimeField(null=True, blank=True)
     recipients_built_at = models.DateTimeField(null=True, blank=True, editable=False)
     started_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The sender it goes out as: its account's, taken when it starts and again when it is
+    # resumed, so that every try of one recipient (a retry under the same idempotency key, which
+    # an ESP may refuse with another body) and every worker send the same From. Empty: not
+    # started; the account's is shown.
+    from_email = models.CharField(max_length=254, db_default="", blank=True, editable=False)
+    from_name = models.CharField(max_length=MAX_DISPLAY_NAME, db_default="", blank=True,
+                                 editable=False)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Set when the engine paused the campaign because it cannot be sent as it is (its sender,
     # its templates, its transport); cleared by resume and by an operator's pause.

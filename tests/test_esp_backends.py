@@ -8,7 +8,7 @@ from email import message_from_bytes
 import pytest
 from django.utils import timezone
 
-from growth.models import Account, Send
+from growth.models import Account, Campaign, Send
 from growth.sending.backends.brevo import brevo_key
 from growth.sending.rendering import CampaignContent, CampaignRenderer
 from growth.sending.transports import Delivery, Outcome, receiver_deduplicates
@@ -262,8 +262,8 @@ def test_recipients_the_provider_refused_in_a_success_answer_fail_for_good():
 
 def test_a_key_resend_holds_for_another_body_is_in_doubt_for_good(esp):
     """Resend binds a key to the body it first came with: a retry whose body changed (the
-    account's sender renamed between the tries) is refused, every time, and a resend under
-    another key could be a second message."""
+    campaign resumed after its account's sender was renamed) is refused, every time, and a
+    resend under another key could be a second message."""
     send(RESEND, delivery())
     renamed = CampaignContent(7, 3, "Hi {{ email }}", "Hello\n", "<p>Hello</p>",
                               "news@acme.example", "Acme Newsroom")
@@ -302,10 +302,26 @@ def test_a_message_whose_answer_was_lost_goes_again_as_it_first_went(esp, settin
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
-def test_a_retry_refused_for_another_body_leaves_the_row_unknown_at_once(esp, settings, leases):
+def test_a_retry_after_the_account_renamed_its_sender_goes_as_the_first_try_went(esp, settings,
+                                                                                 leases):
+    """The campaign took its sender when it started: an edit of the account's is absorbed."""
     campaign = sending_campaign(1, leases=leases)
     _lose_the_first_answer(esp, settings, campaign)
     Account.objects.filter(id=campaign.account_id).update(from_name="Acme Newsroom")
+    _try_once()
+    assert len(esp.requests) == 2 and len(esp.ids_by_key) == 1
+    assert rows_by_status(campaign) == {"sent": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
+def test_a_retry_refused_for_another_body_leaves_the_row_unknown_at_once(esp, settings, leases):
+    """Resumed, the campaign takes the account's sender as it is now: another body."""
+    campaign = sending_campaign(1, leases=leases)
+    _lose_the_first_answer(esp, settings, campaign)
+    Account.objects.filter(id=campaign.account_id).update(from_name="Acme Newsroom")
+    assert Campaign.objects.pause(campaign_id=campaign.id)
+    assert Campaign.objects.resume(campaign_id=campaign.id)
     _try_once()
     assert len(esp.requests) == 2
     (row,) = Send.objects.filter(campaign=campaign)

@@ -52,7 +52,10 @@ class AccountAdmin(SenderPanelMixin, TenantScopedAdmin):
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
     fieldsets = [
-        (None, {"fields": ["name", "slug", "from_email", "from_name"]}),
+        (None, {"fields": ["name", "slug", "from_email", "from_name"],
+                "description": "A campaign goes out as the sender its account had when it started: "
+                               "an edit here reaches one sending now only when it is paused and "
+                               "resumed."}),
         ("Pacing", {"fields": ["time_zone", *WARMUP_FIELDS, "warmup_schedule"],
                     "description": "The clock its campaigns' sending windows and the warm-up's days "
                                    "are read in, and the warm-up: a new sender's daily cap, growing "

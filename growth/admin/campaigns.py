@@ -23,6 +23,7 @@ from growth.models import Campaign, Send, WorkerHeartbeat
 from growth.operations.follow_ups import resend_refusal
 from growth.operations.previews import SendTestFailed, preview_campaign, send_test_message
 from growth.reputation.guard import REASON_PREFIX, reputation_warnings
+from growth.sending.sender import as_read
 from growth.sending.transports.errors import REFUSAL_PREFIX
 
 # a follow-up's recipients were counted on its confirmation page: narrowing its segments would
@@ -31,8 +32,8 @@ FOLLOW_UP_SEGMENTS = (" A follow-up's segments are its original's: it reaches th
                       "original did not, and, if asked, those who joined these segments since.")
 CONTENT_FIELDS = ["scheduled_for", "subject", "body_text", "body_html", "segments", "window_starts",
                   "window_ends"]
-ENGINE_FIELDS = ["status", "pause_reason", "progress_detail", "recipients_built_at", "started_at",
-                 "finished_at", "created_at", "updated_at"]
+ENGINE_FIELDS = ["status", "pause_reason", "sends_as", "progress_detail", "recipients_built_at",
+                 "started_at", "finished_at", "created_at", "updated_at"]
 SEND_STATUSES = [status.value for status in Send.Status]
 MAX_TEST_SENDS = 5  # campaigns per "send a test to me" action
 
@@ -102,7 +103,7 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
         fieldsets = [
             (None, {"fields": ["name", "account", "status",
                                *(["pause_reason"] if obj and obj.pause_reason else []),
-                               "scheduled_for", "version"]}),
+                               *(["sends_as"] if obj else []), "scheduled_for", "version"]}),
             ("Content", {"fields": ["subject", "body_text", "body_html", "segments"],
                          "description": "Editable while the campaign is a draft." + (
                              FOLLOW_UP_SEGMENTS if obj and obj.resend_of_id else "")}),
@@ -143,6 +144,14 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
                                '{}</span>', obj.get_status_display(), obj.pause_reason,
                                truncatechars(obj.pause_reason, 80))
         return obj.get_status_display()
+
+    @admin.display(description="sends as")
+    def sends_as(self, obj):
+        sender = obj if obj.from_email else obj.account
+        shown = as_read(name=sender.from_name, address=sender.from_email)
+        if obj.from_email:
+            return shown
+        return f"{shown} (its account's sender now: a campaign takes it when it starts)"
 
     @admin.display(description="progress (sent / recipients)")
     def progress(self, obj):

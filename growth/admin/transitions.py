@@ -29,6 +29,7 @@ from growth.operations.campaigns import (
     send_now,
 )
 from growth.operations.follow_ups import resend_audience
+from growth.sending.sender import as_read
 
 MAX_MESSAGES = 20  # refusals listed one by one; beyond, a count
 S = Campaign.Status
@@ -100,7 +101,8 @@ def effect(transition: Transition, campaign: Campaign) -> str:
         return (f"The worker stops taking its recipients: {queued:,} queued wait until it is "
                 f"resumed; {on_wire:,} on the wire now finish; {sent:,} are sent.")
     if transition.name == "resume":
-        return f"The worker goes on with its {queued:,} queued recipients ({sent:,} are sent)."
+        return (f"The worker goes on with its {queued:,} queued recipients ({sent:,} are "
+                f"sent).{_new_sender(campaign)}")
     if campaign.recipients_built_at is None:
         return f"Nobody will get it: it would have gone to {_audience(campaign)}."
     in_doubt = Campaign.objects.queued_in_doubt(campaign_id=campaign.id)
@@ -109,6 +111,18 @@ def effect(transition: Transition, campaign: Campaign) -> str:
     return (f"{queued - in_doubt:,} queued recipients will never get it (cancelled){doubt}; "
             f"{on_wire:,} on the wire now finish; {sent:,} already sent stay sent. This cannot "
             "be undone (a follow-up campaign can resend to the rest later).")
+
+
+def _new_sender(campaign: Campaign) -> str:
+    """Resuming takes the account's sender: say so when it is not the one the campaign has sent
+    as so far."""
+    account = campaign.account
+    if not campaign.from_email or ((campaign.from_email, campaign.from_name)
+                                   == (account.from_email, account.from_name)):
+        return ""
+    now = as_read(name=account.from_name, address=account.from_email)
+    so_far = as_read(name=campaign.from_name, address=campaign.from_email)
+    return f" They will go out from the account's sender now, “{now}” (so far: “{so_far}”)."
 
 
 def _n(count: int, noun: str, plural: str = "") -> str:

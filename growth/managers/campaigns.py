@@ -34,6 +34,8 @@ class Cancelled:
 class Sending(FromRow):
     campaign_id: int
     account_id: int
+    from_email: str  # the sender it goes out as now (resuming takes its account's again)
+    from_name: str
     bucket_ids: list[int]  # its tenant's buckets: its rate, its warm-up quota
     window_starts: time | None
     window_ends: time | None
@@ -44,6 +46,10 @@ class Sending(FromRow):
     warmup_until: int
     now: datetime  # the database's
     leases: bool  # it runs on the lease protocol (growth.managers.leases)
+
+    @property
+    def sender(self) -> tuple[str, str]:
+        return self.from_email, self.from_name
 
     def window_opens_in(self) -> float:
         """Seconds until the campaign's sending window opens (0: open, or none)."""

@@ -24,12 +24,16 @@ UPDATE growth_campaigns
 RETURNING id;
 
 -- start_due --
--- approved -> sending for every campaign whose time has come (the database's clock decides)
-UPDATE growth_campaigns
-   SET status = 'sending', started_at = coalesce(started_at, now()), updated_at = now()
- WHERE status = 'approved'
-   AND scheduled_for <= now()
-RETURNING id;
+-- approved -> sending for every campaign whose time has come (the database's clock decides); it
+-- takes its account's sender, which every try of every recipient goes out as from then on
+UPDATE growth_campaigns c
+   SET status = 'sending', started_at = coalesce(c.started_at, now()), updated_at = now(),
+       from_email = a.from_email, from_name = a.from_name
+  FROM growth_accounts a
+ WHERE a.id = c.account_id
+   AND c.status = 'approved'
+   AND c.scheduled_for <= now()
+RETURNING c.id;
 
 -- pause --
 -- sending -> paused, by an operator, or by the engine with the reason the campaign cannot be sent
@@ -41,11 +45,16 @@ UPDATE growth_campaigns
 RETURNING id;
 
 -- resume --
-UPDATE growth_campaigns
-   SET status = 'sending', pause_reason = '', updated_at = now()
- WHERE id = %(campaign_id)s
-   AND status = 'paused'
-RETURNING id;
+-- paused -> sending; it takes its account's sender again: the way to send the rest as a sender
+-- corrected since (one the ESP refused, say) is to pause and resume
+UPDATE growth_campaigns c
+   SET status = 'sending', pause_reason = '', updated_at = now(),
+       from_email = a.from_email, from_name = a.from_name
+  FROM growth_accounts a
+ WHERE a.id = c.account_id
+   AND c.id = %(campaign_id)s
+   AND c.status = 'paused'
+RETURNING c.id;
 
 -- lock_campaign --
 -- Wait for, then hold, the campaign row until commit: a statement run after this one in the
@@ -156,8 +165,8 @@ RETURNING c.id;
 -- campaigns a worker can claim from, with what paces them: their tenant's buckets (its rate,
 -- its warm-up quota; not those of its mail to one destination), its warm-up schedule, the
 -- campaign's sending window and the database's clock to read it by; and whether the campaign runs
--- on the lease protocol (it has a cursor)
-SELECT c.id AS campaign_id, c.account_id,
+-- on the lease protocol (it has a cursor); and the sender it goes out as now
+SELECT c.id AS campaign_id, c.account_id, c.from_email, c.from_name,
        ARRAY(SELECT rl.id FROM growth_rate_limits rl
               WHERE rl.account_id = c.account_id AND rl.destination_id IS NULL
               ORDER BY rl.id) AS bucket_ids,

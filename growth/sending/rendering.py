@@ -58,9 +58,15 @@ class CampaignContent:
 
     @classmethod
     def of(cls, campaign) -> CampaignContent:
-        account = campaign.account
+        """Its content as it goes out: the sender it took when it started (before: its
+        account's, for previews and test messages)."""
+        sent_as = campaign if campaign.from_email else campaign.account
         return cls(campaign.id, campaign.account_id, campaign.subject, campaign.body_text,
-                   campaign.body_html, account.from_email, account.from_name, campaign.started_at)
+                   campaign.body_html, sent_as.from_email, sent_as.from_name, campaign.started_at)
+
+    @property
+    def sender(self) -> tuple[str, str]:
+        return self.from_email, self.from_name
 
 
 def check_content(*, subject: str, body_text: str, body_html: str) -> None:

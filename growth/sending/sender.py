@@ -52,3 +52,8 @@ def from_header(*, name: str, address: str) -> str:
     """Return the From header's value for a sender, or raise ValidationError."""
     validate_display_name(name)
     return formataddr((name, sender_address(address)), charset="utf-8")
+
+
+def as_read(*, name: str, address: str) -> str:
+    """A sender as an operator reads it: ``Name <address>``, unencoded and unchecked."""
+    return f"{name} <{address}>" if name else address

@@ -322,6 +322,7 @@ class Worker:
                                extra={"campaign_id": campaign.campaign_id,
                                       "worker_id": self.worker_id})
             self._last_campaign_id = campaign.campaign_id
+            self._drop_stale_renderer(campaign)
             return Batch(campaign.campaign_id, claim.rows, full=claim.full,
                          tally=Tally(campaign.campaign_id, claimed=len(claim.rows), to_send=going,
                                      forgotten=forgotten),
@@ -688,6 +689,12 @@ class Worker:
             renderer.render(job_id=job_id(campaign_id, 0), email=SAMPLE_RECIPIENT, subscriber_id=0)
             self._renderers[campaign_id] = renderer
         return renderer
+
+    def _drop_stale_renderer(self, campaign: Sending) -> None:
+        """A campaign resumed since its renderer was built may go out as another sender now."""
+        renderer = self._renderers.get(campaign.campaign_id)
+        if renderer is not None and renderer.content.sender != campaign.sender:
+            del self._renderers[campaign.campaign_id]
 
     def _send(self, transport: BaseTransport, batch: Batch,
               deliveries: Sequence[Delivery]) -> list[Outcome]:
