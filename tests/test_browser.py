@@ -472,3 +472,36 @@ def test_a_recipient_whose_address_an_operator_changed_unsubscribes_the_address_
     page.get_by_role("button", name="Unsubscribe").click()
     expect(page.locator("h1")).to_have_text("You are unsubscribed")
     assert list(Suppression.objects.values_list("email_lower", flat=True)) == ["old@example.com"]
+
+
+def test_an_operator_corrects_the_sender_a_provider_refused_and_resumes_the_campaign(page):
+    """The campaign goes out as the sender it started with: an account edit reaches it when it
+    is resumed, and the resume's confirmation says so before it happens."""
+    from playwright.sync_api import expect
+
+    from growth.sending.transports.errors import refusal_reason
+
+    campaign = sending_campaign(count=3, name="Winter sale", account__from_email="news@acme.example",
+                                account__from_name="Acme")
+    Campaign.objects.pause(campaign_id=campaign.id, reason=refusal_reason(
+        "422 The 'From' address you supplied is not a Sender Signature on your account."))
+    operator(campaign.account, username="olga")
+    log_in(page, reverse("admin:growth_account_change", args=[campaign.account_id]), "olga")
+    expect(page.locator("fieldset").first).to_contain_text(
+        "an edit here reaches one sending now only when it is paused and resumed")
+    page.fill("#id_from_email", "letters@acme.example")
+    page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
+
+    page.goto(reverse("admin:growth_campaign_change", args=[campaign.pk]))
+    sends_as = page.locator(".field-sends_as")
+    expect(sends_as).to_contain_text("Acme <news@acme.example>")
+    page.get_by_role("link", name="Resume…").click()
+    expect(page.locator(".growth-confirm")).to_contain_text(
+        "They will go out from the account's sender now, “Acme <letters@acme.example>” "
+        "(so far: “Acme <news@acme.example>”).")
+    shot(page, "admin-campaign-resume-as-another-sender")
+    page.get_by_role("button", name=re.compile(r"^Yes, ")).click()
+    expect(sends_as).to_contain_text("Acme <letters@acme.example>")
+    campaign.refresh_from_db()
+    assert (campaign.status, campaign.from_email) == ("sending", "letters@acme.example")
