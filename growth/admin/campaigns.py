@@ -24,7 +24,7 @@ from growth.operations.follow_ups import resend_refusal
 from growth.operations.previews import SendTestFailed, preview_campaign, send_test_message
 from growth.reputation.guard import REASON_PREFIX, reputation_warnings
 from growth.sending.sender import as_read
-from growth.sending.transports.errors import REFUSAL_PREFIX
+from growth.sending.transports.errors import REFUSAL_PREFIX, too_large
 
 # a follow-up's recipients were counted on its confirmation page: narrowing its segments would
 # make that count untrue, and the rows it takes from its original are the original's audience's
@@ -220,6 +220,7 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
             context["reputation_warnings"] = reputation_warnings([obj.account_id])
             context["paused_by_the_guard"] = obj.pause_reason.startswith(REASON_PREFIX)
             context["refused_by_the_transport"] = obj.pause_reason.startswith(REFUSAL_PREFIX)
+            context["too_large"] = too_large(obj.pause_reason)
             context["holders"] = [(holder, is_alive(holder.seen_at, holder.stopped_at))
                                   for holder in WorkerHeartbeat.objects.holders_of(campaign_id=obj.id)]
             if obj.recipients_built_at is not None:

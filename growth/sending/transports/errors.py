@@ -19,7 +19,10 @@ A relay may say the same later, to each recipient or to the message: Postfix's
 ("553 5.7.1 <news@…>: Sender address rejected: not owned by user", "Client host rejected",
 "Relay access denied"), Amazon SES at the end of DATA ("554 Message rejected: Email address is
 not verified"), Microsoft 365 too ("SendAsDeniedException", "5.7.57 Client not authenticated").
-Those texts (``_REFUSES_US_TEXT``) are read as refusals of us wherever they come.
+Those texts (``_REFUSES_US_TEXT``) are read as refusals of us wherever they come. A relay's
+refusal of the message for its size (``_TOO_LARGE_TEXT``, at MAIL FROM or at the end of DATA) is
+read the same way: the campaign's messages are all about as large, and the operator sends a
+smaller one to the rest (a follow-up) rather than each row failing.
 
 What is stored of a failure is what an operator would read in a mail server's log: an SMTP reply
 as its code, enhanced status and text ("550 5.1.1 No such user"), anything else as
@@ -82,6 +85,13 @@ _GREYLISTED = re.compile(r"grey ?list|gray ?list", re.IGNORECASE)  # a first-con
 # failure: Daily message quota exceeded"), a 4xx though nothing goes before the next day: as its
 # API's answer, a refusal of us
 _DAILY_QUOTA_TEXT = re.compile(r"daily message quota", re.IGNORECASE)
+# a relay refusing the message for its size, not the recipient: at MAIL FROM (its SIZE=) or at the
+# end of DATA ("552 5.3.4 Message size exceeds fixed maximum message size", Gmail's "552-5.3.4 Your
+# message exceeded Google's message size limits", aiosmtpd's "552 Error: Too much mail data").
+# Every message of the campaign is about as large: a refusal of the campaign as it is, not a
+# failure of each row. A mailbox's own limit (5.2.3) or a full one (5.2.2) stays the recipient's.
+_TOO_LARGE_TEXT = re.compile(r"\b5\.3\.4\b|message size|size limit|too much mail data"
+                             r"|message (is )?too (large|big)", re.IGNORECASE)
 # a relay's refusal of us (our host, our sender, our login) given at RCPT TO or at DATA
 _REFUSES_US_TEXT = re.compile(
     r"sender address rejected|client host rejected|helo command rejected|relay access denied"
@@ -137,6 +147,11 @@ class TransportBroke(Exception):
         self.outcomes = outcomes
 
 
+def too_large(pause_reason: str) -> bool:
+    """A campaign paused because its messages are larger than the relay takes."""
+    return pause_reason.startswith(REFUSAL_PREFIX) and bool(_TOO_LARGE_TEXT.search(pause_reason))
+
+
 def untried(send_id: int, cause: BaseException) -> Outcome:
     """The outcome of a message a broken transport never tried: due again at once, no attempt
     counted (as after a refusal of us; the worker pauses the campaign for the defect)."""
@@ -170,6 +185,9 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, smtplib.SMTPResponseException | smtplib.SMTPRecipientsRefused) and (
             _DAILY_QUOTA_TEXT.search(error)):
         return Failure(Outcome.REFUSED, error, reconnect=True)
+    if (isinstance(exc, smtplib.SMTPResponseException) and exc.smtp_code >= 500
+            and _TOO_LARGE_TEXT.search(error)):
+        return Failure(Outcome.REFUSED, error)
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         replies = list(exc.recipients.values())
         codes = [code for code, _ in replies]
