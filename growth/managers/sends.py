@@ -104,7 +104,9 @@ class ResendAudience:
     # status in the original -> rows a follow-up would take; 'in_doubt': unknown, or queued
     # again after a lost worker (taken only if asked)
     takeable: dict[str, int]
-    blocked: int  # not sent, but opted out or no longer confirmed: never taken
+    # not sent, but opted out or no longer confirmed, or (its subscriber's address edited since)
+    # at an address the chain has mailed: never taken
+    blocked: int
     already_resent: int  # taken by an earlier follow-up
     in_flight: int  # on the wire in the original right now: not taken (may still be delivered)
     new_subscribers: int  # addresses no campaign of the chain has mailed
@@ -147,12 +149,12 @@ class SendManager(models.Manager):
         return created
 
     def _build_follow_up(self, campaign_id: int, *, original_id: int, root_id: int) -> int:
-        """A follow-up's recipients: what the campaign it resends did not deliver, taken from it,
-        and (if asked) subscribers no campaign of the chain has mailed. Inside the build's
-        transaction."""
+        """A follow-up's recipients: what the campaign it resends did not deliver, taken from it
+        (at each subscriber's address now), and (if asked) subscribers no campaign of the chain
+        has mailed. Inside the build's transaction."""
         QUERIES.rows("lock_resend_family", root_id=root_id)
         QUERIES.rows("lock_original_cursor", campaign_id=original_id)
-        return (QUERIES.rowcount("take_from_original", campaign_id=campaign_id)
+        return (QUERIES.rowcount("take_from_original", campaign_id=campaign_id, root_id=root_id)
                 + QUERIES.rowcount("build_new_subscribers", campaign_id=campaign_id,
                                    root_id=root_id))
 
@@ -306,7 +308,7 @@ class SendManager(models.Manager):
         """Count what a follow-up of the campaign would take (see ``_build_follow_up``)."""
         takeable: dict[str, int] = {}
         blocked = already_resent = in_flight = 0
-        for row in QUERIES.rows("resend_audience", campaign_id=campaign_id):
+        for row in QUERIES.rows("resend_audience", campaign_id=campaign_id, root_id=root_id):
             if row["taken"]:
                 already_resent += row["rows"]
             elif row["status"] == "sending":

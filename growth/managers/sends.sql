@@ -84,48 +84,85 @@ SELECT pg_advisory_xact_lock(hashtextextended('growth_sends.resend:' || %(root_i
 -- id order) and these conditions re-checked on its newest version, so a claim or a late settle
 -- of the original committed meanwhile wins and the row is left out; a row taken here stays locked
 -- until this build commits, and no claim (SKIP LOCKED, then status = 'queued') or retry
--- (resent_in IS NULL) of the original can take it back. Suppressions and subscriber status are
--- re-checked as in any build.
+-- (resent_in IS NULL) of the original can take it back.
+-- A recipient is retried at its subscriber's address as it is now (an operator may have
+-- corrected it since the original's row was built: the typo that failed is not mailed again),
+-- and that address is checked as any build's is: suppressions and subscriber status (_blocked),
+-- never an address another row of the chain has mailed or is to mail (_reached_in_chain), and
+-- one row per address (two rows taken whose subscribers now share one: the oldest subscriber's
+-- row stands for both, and both are marked taken). A row blocked or reached is not taken: it
+-- stays the original's, as an opted-out one does.
 WITH leased AS MATERIALIZED (
     SELECT unnest(l.send_ids) AS id
       FROM growth_send_leases l
       JOIN growth_campaigns f ON f.id = %(campaign_id)s AND l.campaign_id = f.resend_of_id
 ), candidates AS (  -- locked in id order, as every statement that locks several rows of a
                     -- campaign does: two of them wait for each other instead of deadlocking
-    SELECT s.id, f.id AS follow_up_id
+    SELECT s.id, s.campaign_id, s.account_id, s.subscriber_id, f.id AS follow_up_id,
+           sub.email, sub.email_lower, sub.created_at, sub.email_lower <> s.email_lower AS edited
       FROM growth_sends s
       JOIN growth_campaigns f ON f.id = %(campaign_id)s AND s.campaign_id = f.resend_of_id
+      JOIN growth_subscribers sub ON sub.id = s.subscriber_id
      WHERE s.resent_in_id IS NULL
        AND s.id NOT IN (SELECT id FROM leased)
        AND (s.status IN ('failed', 'cancelled')
             OR (s.status = 'queued' AND s.handed_over_at IS NULL)
             OR (f.resend_unknown AND {{ _in_doubt }}))
-       AND NOT {{ _blocked }}
      ORDER BY s.id
        FOR NO KEY UPDATE OF s
+), resent AS (  -- s: the row as the follow-up would have it, at its subscriber's address now
+    SELECT s.*
+      FROM candidates s
+     WHERE NOT {{ _blocked }}
+       AND NOT (s.edited AND {{ _reached_in_chain }})
 ), taken AS (
     UPDATE growth_sends s
-       SET resent_in_id = c.follow_up_id,
+       SET resent_in_id = r.follow_up_id,
            status = CASE WHEN s.status = 'queued' THEN 'cancelled' ELSE s.status END,
            next_attempt_at = NULL,
            updated_at = now()
-      FROM candidates c
-     WHERE s.id = c.id
-    RETURNING s.account_id, s.subscriber_id, s.email, s.email_lower, s.destination_id
+      FROM resent r
+     WHERE s.id = r.id
+    RETURNING s.account_id, s.subscriber_id, r.email, r.email_lower, r.created_at
 )
 INSERT INTO growth_sends (campaign_id, account_id, subscriber_id, email, email_lower,
                           destination_id)
-SELECT %(campaign_id)s, account_id, subscriber_id, email, email_lower, destination_id
-  FROM taken
+SELECT DISTINCT ON (s.email_lower)
+       %(campaign_id)s, s.account_id, s.subscriber_id, s.email, s.email_lower,
+       {{ _destination_of_address }}
+  FROM taken s
+ ORDER BY s.email_lower, s.created_at, s.subscriber_id
 ON CONFLICT DO NOTHING;
+
+-- _reached_in_chain --
+-- Whether the address a row s of the campaign resent (s.campaign_id) would be retried at,
+-- s.email_lower (its subscriber's current one), is one that another row of the chain (_chain)
+-- has mailed, may have mailed or is to mail: sent, on the wire, in doubt, or queued where it
+-- will go (in another campaign of the chain; in the campaign resent only if handed over or in a
+-- lease, `leased`: a row never handed over there is taken with s, or blocked). A row a
+-- follow-up took (resent_in) is not: its follow-up's row stands for it. An address left as it
+-- was is no other row's (one row per address in a campaign, and a follow-up adds as new only an
+-- address no campaign of the chain has): only an edited one can be, and only those are probed.
+EXISTS (SELECT 1
+          FROM growth_sends x
+         WHERE x.campaign_id IN ({{ _chain }})
+           AND x.email_lower = s.email_lower
+           AND x.id <> s.id
+           AND x.resent_in_id IS NULL
+           AND (x.status IN ('sent', 'sending', 'unknown')
+                OR (x.status = 'queued'
+                    AND (x.campaign_id <> s.campaign_id
+                         OR x.handed_over_at IS NOT NULL
+                         OR x.id IN (SELECT id FROM leased)))))
 
 -- _new_to_the_chain --
 -- A subscriber row s that no campaign of the chain (its first campaign, root_id, and every
 -- follow-up of it) has a row for, by its address or by itself: probed per campaign through
 -- (campaign_id, email_lower) and (subscriber_id, campaign_id). A subscriber whose address was
--- edited since its row was built is not new (it was mailed, or its row is retried, at the
--- address it was built with); and were it taken, DISTINCT ON would pick it over a newer
--- subscriber at its new address, whose row would then conflict with its own and never be built.
+-- edited since its row was built is not new (it was mailed at the address it was built with, or
+-- its row is retried, at its new one, by take_from_original); and were it taken, DISTINCT ON
+-- would pick it over a newer subscriber at its new address, whose row would then conflict with
+-- its own and never be built.
 NOT EXISTS (SELECT 1
               FROM growth_sends x
              WHERE x.campaign_id IN ({{ _chain }})
@@ -632,18 +669,27 @@ SELECT c.id AS campaign_id, c.name AS campaign_name, s.status, s.sent_at, s.upda
 -- resend_audience --
 -- What a follow-up of this campaign would take, counted without building it: the rows not sent,
 -- by status, whether a follow-up already took them, and whether an opt-out (or an unconfirmed
--- subscriber) now blocks them. Served by (campaign_id, status, sent_at). A row of a lease (the
--- lease protocol's, live or free) counts as on the wire ('sending'), as take_from_original has it.
-SELECT CASE WHEN s.id IN (SELECT unnest(send_ids) FROM growth_send_leases
-                           WHERE campaign_id = %(campaign_id)s) THEN 'sending'
+-- subscriber) now blocks them, or another row of the chain has their address, both at their
+-- subscriber's address now, as take_from_original judges them. Served by (campaign_id, status,
+-- sent_at). A row of a lease (the lease protocol's, live or free) counts as on the wire
+-- ('sending'), as take_from_original has it.
+WITH leased AS MATERIALIZED (
+    SELECT unnest(send_ids) AS id FROM growth_send_leases WHERE campaign_id = %(campaign_id)s
+), unsent AS (
+    SELECT o.id, o.campaign_id, o.account_id, o.subscriber_id, o.status, o.handed_over_at,
+           o.resent_in_id, sub.email_lower, sub.email_lower <> o.email_lower AS edited
+      FROM growth_sends o
+      JOIN growth_subscribers sub ON sub.id = o.subscriber_id
+     WHERE o.campaign_id = %(campaign_id)s
+       AND o.status <> 'sent'
+)
+SELECT CASE WHEN s.id IN (SELECT id FROM leased) THEN 'sending'
             WHEN {{ _in_doubt }} THEN 'in_doubt'
             ELSE s.status END AS status,
        s.resent_in_id IS NOT NULL AS taken,
-       {{ _blocked }} AS blocked,
+       ({{ _blocked }} OR (s.edited AND {{ _reached_in_chain }})) AS blocked,
        count(*) AS rows
-  FROM growth_sends s
- WHERE s.campaign_id = %(campaign_id)s
-   AND s.status <> 'sent'
+  FROM unsent s
  GROUP BY 1, 2, 3;
 
 -- new_subscribers_since --
