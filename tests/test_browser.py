@@ -505,3 +505,28 @@ def test_an_operator_corrects_the_sender_a_provider_refused_and_resumes_the_camp
     expect(sends_as).to_contain_text("Acme <letters@acme.example>")
     campaign.refresh_from_db()
     assert (campaign.status, campaign.from_email) == ("sending", "letters@acme.example")
+
+
+def test_an_operator_told_the_messages_are_too_large_resends_a_smaller_one_to_the_rest(page):
+    from playwright.sync_api import expect
+
+    from growth.sending.transports.errors import refusal_reason
+
+    campaign = sending_campaign(count=3, name="Lookbook", body_text="Big pictures\n")
+    Campaign.objects.pause(campaign_id=campaign.id, reason=refusal_reason(
+        "552 5.3.4 Message size exceeds fixed maximum message size"))
+    operator(campaign.account, username="olga")
+    log_in(page, reverse("admin:growth_campaign_change", args=[campaign.pk]), "olga")
+    banner = page.locator(".growth-pause-reason")
+    expect(banner).to_contain_text("the mail server refuses its messages as too large")
+    expect(banner).not_to_contain_text("Fix the transport")
+    shot(page, "admin-campaign-too-large")
+    page.get_by_role("link", name="Resend to the rest…").click()
+    expect(page.locator("body")).to_contain_text("would reach 3 recipients")
+    page.get_by_role("button", name="Create the follow-up (a draft)").click()
+    expect(page.locator(".messagelist")).to_contain_text("Created the draft")
+    page.fill("#id_body_text", "Small pictures, on our site")
+    page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
+    follow_up = Campaign.objects.get(resend_of=campaign)
+    assert (follow_up.status, follow_up.body_text) == ("draft", "Small pictures, on our site")
