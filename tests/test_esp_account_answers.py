@@ -13,6 +13,7 @@ import pytest
 from growth.sending.rendering import CampaignContent, CampaignRenderer
 from growth.sending.transports import Delivery, Outcome
 from growth.sending.transports.django_mail import DjangoMailTransport
+from growth.sending.transports.errors import refusal_reason, too_large
 from growth.sending.unsubscribe import LinkMaker
 from tests.esp_server import FakeESP
 
@@ -196,3 +197,16 @@ def test_a_postmark_refusal_naming_no_address_of_ours_is_not_counted_sent(esp):
     (outcome,) = send_chunk(POSTMARK, size=1)
     assert outcome.kind == Outcome.PERMANENT
     assert "Illegal email address" in outcome.error
+
+
+# --- a message larger than the ESP takes: the campaign's, as a relay's 552 5.3.4 ---------------
+
+@pytest.mark.parametrize("backend", [POSTMARK, RESEND, BREVO, MAILGUN])
+def test_a_message_too_large_for_the_esp_refuses_the_campaign_as_it_is(esp, backend):
+    """An HTTP 413: every message of the campaign is about as large. Failed as each recipient's
+    final answer, the whole campaign would fail within minutes; paused, its page tells the
+    operator to resend a smaller message to the rest (``errors.too_large``)."""
+    esp.answers = [(413, {"message": "Payload Too Large"}, {})] * 3
+    outcomes = send_chunk(backend)
+    assert [o.kind for o in outcomes] == [Outcome.REFUSED] * 3, outcomes[0].error
+    assert too_large(refusal_reason(outcomes[0].error)), outcomes[0].error

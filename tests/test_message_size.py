@@ -71,6 +71,9 @@ def test_a_full_mailbox_fails_its_recipient_alone(smtp_settings):
     ("552 Message is too large", Outcome.REFUSED),
     ("552 5.2.3 Message length exceeds administrative limit", Outcome.PERMANENT),
     ("552 5.2.2 Mailbox full", Outcome.PERMANENT),
+    ("552 5.2.2 <ana@example.com>: Recipient address rejected: Mailbox size limit exceeded",
+     Outcome.PERMANENT),
+    ("552 Message size exceeds the recipient's quota", Outcome.PERMANENT),
     ("452 4.3.4 Message size exceeds fixed limit, try later", Outcome.TRANSIENT),
 ])
 def test_which_size_answers_are_the_campaigns(reply, kind):

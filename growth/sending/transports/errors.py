@@ -85,13 +85,16 @@ _GREYLISTED = re.compile(r"grey ?list|gray ?list", re.IGNORECASE)  # a first-con
 # failure: Daily message quota exceeded"), a 4xx though nothing goes before the next day: as its
 # API's answer, a refusal of us
 _DAILY_QUOTA_TEXT = re.compile(r"daily message quota", re.IGNORECASE)
-# a relay refusing the message for its size, not the recipient: at MAIL FROM (its SIZE=) or at the
-# end of DATA ("552 5.3.4 Message size exceeds fixed maximum message size", Gmail's "552-5.3.4 Your
-# message exceeded Google's message size limits", aiosmtpd's "552 Error: Too much mail data").
-# Every message of the campaign is about as large: a refusal of the campaign as it is, not a
-# failure of each row. A mailbox's own limit (5.2.3) or a full one (5.2.2) stays the recipient's.
+# a relay or an ESP refusing the message for its size, not the recipient: at MAIL FROM (its SIZE=)
+# or at the end of DATA ("552 5.3.4 Message size exceeds fixed maximum message size", Gmail's
+# "552-5.3.4 Your message exceeded Google's message size limits", aiosmtpd's "552 Error: Too much
+# mail data"), an API's 413 ("Payload Too Large"). Every message of the campaign is about as
+# large: a refusal of the campaign as it is, not a failure of each row. A mailbox's own limit or a
+# full one ("552 5.2.2 Mailbox size limit exceeded") stays the recipient's.
 _TOO_LARGE_TEXT = re.compile(r"\b5\.3\.4\b|message size|size limit|too much mail data"
-                             r"|message (is )?too (large|big)", re.IGNORECASE)
+                             r"|(message|payload|request entity|content) (is )?too (large|big)",
+                             re.IGNORECASE)
+_MAILBOX_TEXT = re.compile(r"\b5\.2\.\d{1,3}\b|mailbox|quota", re.IGNORECASE)
 # a relay's refusal of us (our host, our sender, our login) given at RCPT TO or at DATA
 _REFUSES_US_TEXT = re.compile(
     r"sender address rejected|client host rejected|helo command rejected|relay access denied"
@@ -148,8 +151,12 @@ class TransportBroke(Exception):
 
 
 def too_large(pause_reason: str) -> bool:
-    """A campaign paused because its messages are larger than the relay takes."""
-    return pause_reason.startswith(REFUSAL_PREFIX) and bool(_TOO_LARGE_TEXT.search(pause_reason))
+    """A campaign paused because its messages are larger than the relay or ESP takes."""
+    return pause_reason.startswith(REFUSAL_PREFIX) and _too_large(pause_reason)
+
+
+def _too_large(error: str) -> bool:
+    return bool(_TOO_LARGE_TEXT.search(error)) and not _MAILBOX_TEXT.search(error)
 
 
 def untried(send_id: int, cause: BaseException) -> Outcome:
@@ -185,8 +192,7 @@ def classify_failure(exc: BaseException) -> Failure:
     if isinstance(exc, smtplib.SMTPResponseException | smtplib.SMTPRecipientsRefused) and (
             _DAILY_QUOTA_TEXT.search(error)):
         return Failure(Outcome.REFUSED, error, reconnect=True)
-    if (isinstance(exc, smtplib.SMTPResponseException) and exc.smtp_code >= 500
-            and _TOO_LARGE_TEXT.search(error)):
+    if isinstance(exc, smtplib.SMTPResponseException) and exc.smtp_code >= 500 and _too_large(error):
         return Failure(Outcome.REFUSED, error)
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         replies = list(exc.recipients.values())
@@ -353,6 +359,8 @@ def _anymail(exc, error: str) -> Failure:
         return Failure(Outcome.IN_DOUBT, error)
     if status is not None and 400 <= status < 500 and (
             _ESP_ACCOUNT_CANNOT_SEND_TEXT.search(error) or _esp_account_code(exc)):
+        return Failure(Outcome.REFUSED, error)
+    if status == 413 or (status is not None and 400 <= status < 500 and _too_large(error)):
         return Failure(Outcome.REFUSED, error)
     if ses_code in _SES_THROTTLES:
         return _throttled(error, scope=Outcome.TRANSPORT)
