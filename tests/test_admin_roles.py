@@ -3,11 +3,13 @@ data, a viewer reads it, whatever Django model permissions the user holds."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
-from growth.models import Campaign, Segment, Suppression
-from tests.factories import CampaignFactory, SegmentFactory
+from growth.models import Campaign, Segment, Subscriber, Suppression
+from tests.factories import CampaignFactory, SegmentFactory, SubscriberFactory
 from tests.helpers import confirm, texts
 from tests.scenarios import operator, sending_campaign
 
@@ -69,3 +71,37 @@ def test_a_user_who_is_only_a_viewer_anywhere_gets_no_add_button_and_no_import(c
     assert client.get(reverse("admin:growth_campaign_add")).status_code == 403
     assert client.get(reverse("admin:growth_subscriber_import")).status_code == 403
     assert client.get(reverse("admin:growth_campaign_changelist")).status_code == 200
+
+
+# --- a list has two action forms: every posted action value is judged, not only the last --------
+
+def test_a_second_action_value_does_not_let_a_viewer_clone_into_a_viewed_account(client, viewer,
+                                                                                 tenant):
+    theirs = CampaignFactory(account=tenant, name="Theirs")
+    # Django runs action[index] (the first); the scoping read request.POST.get("action"): the last
+    client.post(reverse("admin:growth_campaign_changelist"),
+                {"action": ["clone", "send_test_to_me"], "index": "0",
+                 "_selected_action": [theirs.pk]})
+    assert list(Campaign.objects.filter(account=tenant)) == [theirs]
+
+
+def test_a_second_action_value_does_not_let_a_viewer_confirm_a_viewed_accounts_subscribers(
+        client, viewer, tenant):
+    pending = SubscriberFactory(segment=SegmentFactory(account=tenant), status="pending")
+    client.post(reverse("admin:growth_subscriber_changelist"),
+                {"action": ["confirm_pending", "no-such-action"], "index": "0", "post": "yes",
+                 "_selected_action": [pending.pk]})
+    pending.refresh_from_db()
+    assert pending.status == Subscriber.Status.PENDING
+
+
+def test_a_second_action_value_does_not_let_a_viewer_pause_a_viewed_accounts_campaign(
+        client, viewer, tenant):
+    theirs = sending_campaign(count=2, account=tenant)
+    url = reverse("admin:growth_campaign_changelist")
+    selection = {"action": ["pause", "send_test_to_me"], "index": "0",
+                 "_selected_action": [theirs.pk]}
+    page = client.post(url, selection)  # the confirmation page, with what it promised
+    seen = re.findall(r'name="seen" value="([^"]*)"', page.content.decode())
+    client.post(url, {**selection, "post": "yes", "seen": seen})
+    assert Campaign.objects.get(pk=theirs.pk).status == Campaign.Status.SENDING

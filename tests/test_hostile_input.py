@@ -125,3 +125,18 @@ def test_hostile_tokens_on_the_public_unsubscribe_page(client):
         for method in ("get", "post"):
             response = getattr(client, method)(f"/u/{value.replace('/', '')}x/")
             assert response.status_code < 500, (method, value)
+
+
+@pytest.mark.parametrize("selected", ["abc", "1\x00", "1.5", ""])
+@pytest.mark.parametrize("model,action", [("campaign", "pause"), ("campaign", "send_test_to_me"),
+                                          ("subscriber", "confirm_pending"),
+                                          ("send", "mark_as_delivered"),
+                                          ("suppression", "delete_selected")])
+def test_an_action_on_a_selected_value_that_is_no_id_is_a_4xx_not_a_500(tenant, model, action,
+                                                                        selected):
+    sending_campaign(count=1, account=tenant)
+    client = Client(raise_request_exception=False)
+    client.force_login(operator(tenant))
+    response = client.post(reverse(f"admin:growth_{model}_changelist"),
+                           {"action": action, "_selected_action": [selected]})
+    assert response.status_code == 400

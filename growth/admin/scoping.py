@@ -4,6 +4,7 @@ what a member may change (an editor of the account) rather than only see (a view
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.core.exceptions import BadRequest, ValidationError
 from django.http import Http404
 
 from growth.models import Account, Campaign, Segment, Subscriber
@@ -52,11 +53,18 @@ class TenantScopedAdmin(admin.ModelAdmin):
     def response_action(self, request, queryset):
         """Run an action that changes rows on the rows of accounts the user may change only,
         saying how many selected rows were left alone."""
-        action = self.get_action(request.POST.get("action", ""))
-        if action is not None and set(getattr(action[0], "allowed_permissions", ())) - {"view"}:
+        selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+        try:
+            for pk in selected:
+                self.opts.pk.to_python(pk)
+        except ValidationError:  # Django's filter(pk__in=...) would raise: a 500
+            raise BadRequest("A selected row is not an id.") from None
+        # every posted value, not the one Django will pick (a list has an action form at its top
+        # and one at its bottom): judged by the last, a post of a changing action and a view-only
+        # one had a viewer's rows changed
+        if any(self._changes_rows(name) for name in request.POST.getlist("action")):
             editable = scoped(queryset, request.user, account_field=self.account_field,
                               editable=True)
-            selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
             if not request.POST.get("select_across") and selected:
                 left = len(selected) - editable.filter(pk__in=selected).count()
                 if left > 0:
@@ -64,6 +72,11 @@ class TenantScopedAdmin(admin.ModelAdmin):
                                       "account is viewer (read only).", messages.WARNING)
             queryset = editable
         return super().response_action(request, queryset)
+
+    def _changes_rows(self, action_name: str) -> bool:
+        action = self.get_action(action_name)
+        return action is not None and bool(
+            set(getattr(action[0], "allowed_permissions", ())) - {"view"})
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         if db_field.related_model in ACCOUNT_FIELD:
