@@ -308,3 +308,15 @@ def test_an_address_no_message_can_reach_is_a_form_error(client, staff, tenant):
     [error] = response.context["adminform"].form.errors["email"]
     assert error.startswith("josé@example.com cannot be mailed: its part before the @ is not ASCII")
     assert not Subscriber.objects.exists()
+
+
+def test_a_csv_with_carriage_return_line_ends_is_imported_in_the_admin(tenant):
+    segment = SegmentFactory(account=tenant)
+    client = Client(raise_request_exception=False)
+    client.force_login(operator(tenant))
+    response = client.post(reverse("admin:growth_subscriber_import"),
+                           {"segment": segment.pk, "status": "confirmed",
+                            "file": SimpleUploadedFile("list.csv", b"email\rann@example.com\r"
+                                                                   b"bob@example.com\r")})
+    assert response.status_code == 200, response.status_code
+    assert Subscriber.objects.filter(segment=segment).count() == 2

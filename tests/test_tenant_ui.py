@@ -390,3 +390,33 @@ def test_a_tenants_export_says_what_happened_without_naming_the_platforms_hosts_
     assert errors == [
         "lease expired: the worker sending it was lost",
         "marked failed by an operator after: lease expired: the worker sending it was lost"]
+
+
+# --- files as spreadsheets save them: a Mac's "CSV" ends its lines with CR alone --------------
+
+CR_ONLY = [b"email\rann@example.com\rbob@example.com\r",
+           b"ann@example.com\rbob@example.com\r",
+           b"name,email\rAnn,ann@example.com\r"]
+
+
+@pytest.mark.parametrize("content", CR_ONLY)
+def test_a_csv_with_carriage_return_line_ends_is_imported(tenant, content):
+    client = Client(raise_request_exception=False)
+    client.force_login(member(tenant))
+    response = client.post(reverse("growth:tenant:suppression-import", args=[tenant.slug]),
+                           {"file": SimpleUploadedFile("list.csv", content)})
+    assert response.status_code == 200, response.status_code
+    assert "ann@example.com" in set(Suppression.objects.filter(account=tenant)
+                                    .values_list("email_lower", flat=True))
+
+
+@pytest.mark.parametrize("content", [b"x" * 200_000 + b"\n", b"email," + b"x" * 200_000 + b"\n"])
+def test_a_first_line_with_a_cell_past_the_csv_field_limit_is_refused_with_its_line(tenant,
+                                                                                     content):
+    client = Client(raise_request_exception=False)
+    client.force_login(member(tenant))
+    response = client.post(reverse("growth:tenant:suppression-import", args=[tenant.slug]),
+                           {"file": SimpleUploadedFile("list.csv", content)})
+    assert response.status_code == 200, response.status_code
+    assert "cannot be read as CSV" in response.content.decode()
+    assert not Suppression.objects.exists()

@@ -21,6 +21,7 @@ _QUOTED = (*FORMULA_STARTS, QUOTE)  # the cells an export quotes
 # postal address beside an "email" column.
 HEADER_NAMES = ("email", "e-mail", "email address", "email_address", "mail", "address")
 _SEPARATORS = re.compile(r"[\s,;]+")
+_FIRST_LINE = re.compile(r"[^\r\n]*")
 
 
 class UnreadableFile(ValueError):
@@ -141,9 +142,14 @@ def _dialect(text: str) -> type[csv.Dialect]:
     ``550; 'no'; such user`` in an export of ours made it take ';' for a file of commas. Only
     the delimiter is sniffed: the sniffer would take the quote that makes a formula-like cell
     text (``'=1+2@example.com``) for the file's quote character."""
-    header = text.lstrip("\r\n").partition("\n")[0]
+    # the first line, whatever ends it: a file saved with CR line ends (a Mac's "CSV") has no
+    # "\n", and a "\r" in what csv.reader is given as one line is a csv.Error
+    header = _FIRST_LINE.match(text.lstrip("\r\n"))[0]
     for delimiter in ",;\t":
-        cells = next(csv.reader([header], delimiter=delimiter), [])
+        try:
+            cells = next(csv.reader([header], delimiter=delimiter), [])
+        except csv.Error:  # a cell past csv's field limit: the reading refuses it, with its line
+            return csv.excel
         if len(cells) > 1 and any(cell.strip().lower() in HEADER_NAMES for cell in cells):
             return type("Sniffed", (csv.excel,), {"delimiter": delimiter})
     try:
