@@ -613,3 +613,30 @@ def test_hostile_values_in_the_domain_form_never_answer_5xx(client, tenant, who,
             assert response.status_code == 200 and 'class="errorlist' in response.content.decode()
     row.refresh_from_db()
     assert row.private_key == RSA_KEY
+
+
+def _pkcs8_with_a_null_of_length_one() -> str:
+    oid = bytes.fromhex("06092a864886f70d010101")  # rsaEncryption
+    algorithm = b"\x30" + bytes([len(oid) + 3]) + oid + b"\x05\x01\x00"  # NULL, length 1
+    inner = b"\x02\x01\x00" + algorithm + b"\x04\x00"
+    der = b"\x30" + bytes([len(inner)]) + inner
+    return ("-----BEGIN PRIVATE KEY-----\n" + base64.b64encode(der).decode()
+            + "\n-----END PRIVATE KEY-----\n")
+
+
+@pytest.mark.django_db
+def test_a_damaged_rsa_key_is_refused_with_a_message_not_a_500(client):
+    """dkimpy's ASN.1 parser asserts that a NULL is empty."""
+    from django.test import Client
+
+    from tests.scenarios import operator
+
+    tenant = AccountFactory()
+    client = Client(raise_request_exception=False)
+    client.force_login(operator(tenant))
+    response = client.post(reverse("admin:growth_sendingdomain_add"), {
+        "account": tenant.pk, "domain": "news.example", "selector": "s",
+        "algorithm": "rsa-sha256", "private_key": _pkcs8_with_a_null_of_length_one()})
+    assert response.status_code == 200, response.status_code
+    assert "not an RSA private key" in response.content.decode()
+    assert not SendingDomain.objects.exists()

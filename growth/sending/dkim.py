@@ -152,7 +152,7 @@ def _rsa_pem(text: str) -> str:
         der = base64.b64decode(body, validate=True)
         key = dkim_crypto.parse_private_key(der)
     except (binascii.Error, ValueError, IndexError, dkim_crypto.UnparsableKeyError,
-            ASN1FormatError):
+            ASN1FormatError, AssertionError):  # dkimpy's parser asserts on a NULL with content
         raise DkimKeyError("this is not an RSA private key (for an Ed25519 key, choose the "
                            "Ed25519 algorithm)") from None
     bits = key["modulus"].bit_length()
