@@ -30,7 +30,7 @@ def test_retry_queues_unknown_rows_again_with_the_same_key_due_now():
         assert row.status == "queued"
         assert row.job_id == before[row.id].job_id
         assert row.next_attempt_at <= timezone.now() and row.lease_expires_at is None  # due now
-        assert row.handed_over_at is None and row.claimed_by == ""
+        assert row.handed_over_at is None and row.claimed_by == "dead"  # names the lost claim
         assert row.attempts == before[row.id].attempts
         assert row.last_error.startswith("requeued by an operator after: lease expired")
     assert statuses(campaign) == {"queued": 3}

@@ -191,7 +191,8 @@ SELECT w.campaign_id, m.status, m.sends
 -- the outcome (sends._settled_outcome: the same policy as the row protocol's settle), the
 -- attempt, and the hand-over's time the lease kept. A row that recovery made 'unknown' from this
 -- very lease (it wrote the lease's id on the row) while the worker was slow, and that is now
--- known accepted, becomes 'sent'. A row of the lease without an outcome is judged as recovery
+-- known accepted, becomes 'sent', also if an operator queued it again meanwhile (retry_unknown
+-- keeps the lease's id on it). A row of the lease without an outcome is judged as recovery
 -- would judge it (idempotent: the receiver de-duplicates). The campaign is read FOR SHARE, so a cancel cannot commit in
 -- between: a transient row of a cancelled campaign ends 'cancelled', never 'queued'. Planned
 -- without nested loops, as the row protocol's settle; and without JIT: before PostgreSQL 18 the
@@ -267,7 +268,8 @@ UPDATE growth_sends s
    -- ids (a fifth of a batch's settle)
    AND ((s.id IN (SELECT unnest(send_ids) FROM ended)
          AND s.status = 'queued' COLLATE "C")
-        OR (r.outcome = 'sent' AND s.status = 'unknown' COLLATE "C"
+        OR (r.outcome = 'sent'
+            AND (s.status = 'unknown' COLLATE "C" OR s.status = 'queued' COLLATE "C")
             AND s.claimed_by = 'lease ' || %(lease_id)s))
 RETURNING s.id, s.status;
 

@@ -503,7 +503,9 @@ updated_at = now()
 -- this claim are touched: this worker's, at the attempt it claimed. A row whose lease expired
 -- and was taken over belongs to someone else now, and a late settle of an earlier attempt (this
 -- worker's own, waiting on its settler thread) must not overwrite the current one. A row that
--- went 'unknown' while we were slow, and that we now know was accepted, becomes 'sent'.
+-- went 'unknown' while we were slow, and that we now know was accepted, becomes 'sent'; so does
+-- one an operator queued again meanwhile (retry_unknown keeps its claimed_by and attempt) and
+-- that no claim has taken since: sent again, it would arrive twice.
 -- The batch's campaign row is locked (FOR SHARE, before any send row: it is joined first) so
 -- that the status read is the current one and a cancel cannot commit in between: a transient
 -- row of a cancelled campaign ends 'cancelled', never 'queued' where nothing would claim it.
@@ -544,7 +546,8 @@ UPDATE growth_sends s
    -- COLLATE "C" as in hand_over: PostgreSQL 18 drew status IN ('sending', 'unknown') out of
    -- this OR and skip-scanned send_campaign_status for it, past every worker's rows on the wire
    AND (s.status = 'sending' COLLATE "C"
-        OR (s.status = 'unknown' COLLATE "C" AND r.outcome = 'sent'))
+        OR ((s.status = 'unknown' COLLATE "C" OR s.status = 'queued' COLLATE "C")
+            AND r.outcome = 'sent'))
 RETURNING s.id, s.status;
 
 -- lock_campaigns_of_expired --
@@ -633,11 +636,14 @@ SELECT c.id
 -- behind its cursor by it, the row protocol's takes it as due), and a campaign that had finished
 -- goes back to sending so
 -- the worker picks the rows up (a paused one stays paused until resumed). Rows of a cancelled
--- campaign stay unknown: nothing would ever send them.
+-- campaign stay unknown: nothing would ever send them. claimed_by (and the attempt) stay: they
+-- name the claim whose message went into doubt, and its late settle, if it says 'sent' before
+-- a claim takes the row again, still records it (settle; leases.sql, settle), instead of the
+-- row going out a second time.
 WITH requeued AS (
     UPDATE growth_sends s
        SET status = 'queued', next_attempt_at = now(), lease_expires_at = NULL,
-           handed_over_at = NULL, claimed_by = '', updated_at = now(),
+           handed_over_at = NULL, updated_at = now(),
            last_error = 'requeued by an operator after: ' || s.last_error
       FROM growth_campaigns c
      WHERE s.id = ANY(%(ids)s)
