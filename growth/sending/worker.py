@@ -89,6 +89,7 @@ BUSY_POLL = 1.0  # seconds between looks while other workers hold the remaining 
 MIN_WAIT = 0.05  # seconds: never spin
 DB_RETRY_FIRST = 0.5  # seconds before the first reconnection attempt; doubles each time
 DB_RETRY_MAX = 30.0  # seconds
+STOP_GRACE = 5.0  # seconds a stopping worker still waits for an absent database (its last settles)
 HOUSEKEEPING_EVERY = 1.0  # seconds, while full batches keep coming
 HEARTBEAT_EVERY = 5.0  # seconds between "alive" rows; the admin calls a worker dead after 3 missed
 RENDERERS_KEPT = 32  # campaigns whose compiled templates a worker keeps
@@ -135,6 +136,7 @@ class Worker:
         self.once = once
         self.max_attempts = max_attempts or settings.SENDER_MAX_ATTEMPTS
         self._stop = threading.Event()
+        self._stop_at: float | None = None  # when stop() was first asked (time.monotonic())
         self._renderers: dict[int, CampaignRenderer] = {}
         self._links: LinkMaker | None = None
         self._last_campaign_id: int | None = None
@@ -158,6 +160,8 @@ class Worker:
 
     def stop(self) -> None:
         """Ask the loop to exit after the batch in hand (safe from a signal handler)."""
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
         self._stop.set()
 
     def run(self) -> None:
@@ -849,7 +853,9 @@ class Worker:
         """Run ``call``; on a lost database connection reconnect with backoff and run it again.
 
         Gives up (returning ``default``) only at ``deadline`` or when asked to stop while the
-        database is away; nothing is lost then either, since unsettled rows keep their lease.
+        database is away (a call with a deadline, a settle, still tries for STOP_GRACE seconds
+        after the stop, sleeping its backoff: the stop's event no longer waits); nothing is lost
+        then either, since unsettled rows keep their lease.
         """
         delay = DB_RETRY_FIRST
         while True:
@@ -858,9 +864,16 @@ class Worker:
             except DATABASE_AWAY as exc:
                 logger.warning("database unavailable (%s); retrying in %.1fs", exc, delay)
                 discard_connection()
+                stopping = self._stop.is_set()
+                if stopping and deadline is None:
+                    return default
+                if stopping:
+                    deadline = min(deadline, (self._stop_at or time.monotonic()) + STOP_GRACE)
                 if deadline is not None and time.monotonic() + delay > deadline:
                     logger.error("giving up: %s", lost)
                     return default
-                if self._stop.wait(delay) and deadline is None:
+                if stopping:
+                    time.sleep(delay)
+                elif self._stop.wait(delay) and deadline is None:
                     return default
                 delay = min(delay * 2, DB_RETRY_MAX)
