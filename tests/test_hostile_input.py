@@ -131,12 +131,15 @@ def test_hostile_tokens_on_the_public_unsubscribe_page(client):
 @pytest.mark.parametrize("model,action", [("campaign", "pause"), ("campaign", "send_test_to_me"),
                                           ("subscriber", "confirm_pending"),
                                           ("send", "mark_as_delivered"),
-                                          ("suppression", "delete_selected")])
+                                          ("suppression", "delete_selected"),
+                                          ("maildomain", "forget"),
+                                          ("membership", "delete_selected")])
 def test_an_action_on_a_selected_value_that_is_no_id_is_a_4xx_not_a_500(tenant, model, action,
                                                                         selected):
     sending_campaign(count=1, account=tenant)
     client = Client(raise_request_exception=False)
-    client.force_login(operator(tenant))
+    client.force_login(operator(tenant, is_superuser=model in ("maildomain", "membership")))
     response = client.post(reverse(f"admin:growth_{model}_changelist"),
                            {"action": action, "_selected_action": [selected]})
-    assert response.status_code == 400
+    # a mail domain's key is its name: any text but a NUL may be one, found or not
+    assert response.status_code == (400 if model != "maildomain" or "\x00" in selected else 302)

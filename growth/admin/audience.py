@@ -11,7 +11,7 @@ from django.urls import path
 from django.utils import timezone
 
 from growth.admin.pacing import warmup_schedule_html
-from growth.admin.scoping import ScopedRelatedFilter, TenantScopedAdmin, scoped_choices
+from growth.admin.scoping import IdSelection, ScopedRelatedFilter, TenantScopedAdmin, scoped_choices
 from growth.admin.widgets import TolerantAutocomplete
 from growth.audience.address_files import UnreadableFile, read_csv
 from growth.audience.addresses import parse_address
@@ -80,7 +80,7 @@ class AccountAdmin(SenderPanelMixin, TenantScopedAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(SuperuserOnly, TolerantAutocomplete, admin.ModelAdmin):
+class MembershipAdmin(IdSelection, SuperuserOnly, TolerantAutocomplete, admin.ModelAdmin):
     list_display = ["user", "account", "role", "created_at"]
     list_filter = ["role", "account"]
     list_select_related = ["user", "account"]

@@ -16,7 +16,7 @@ from django.utils.html import format_html, format_html_join
 from growth.admin.audience import SuperuserOnly
 from growth.admin.limit_history import rate_text
 from growth.admin.limits import effective_rate
-from growth.admin.scoping import ReadOnlyAdmin
+from growth.admin.scoping import IdSelection, ReadOnlyAdmin
 from growth.models import Destination, MailDomain, RateLimit
 
 
@@ -75,7 +75,7 @@ class DestinationAdmin(ReadOnlyAdmin, SuperuserOnly, admin.ModelAdmin):
 
 
 @admin.register(MailDomain)
-class MailDomainAdmin(ReadOnlyAdmin, SuperuserOnly, admin.ModelAdmin):
+class MailDomainAdmin(IdSelection, ReadOnlyAdmin, SuperuserOnly, admin.ModelAdmin):
     list_display = ["domain", "destination", "source", "mx", "resolved_at", "expires_at"]
     list_filter = ["source"]
     list_select_related = ["destination"]

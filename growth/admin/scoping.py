@@ -19,7 +19,25 @@ def scoped_choices(model, request, *, editable: bool = False):
                   editable=editable)
 
 
-class TenantScopedAdmin(admin.ModelAdmin):
+class IdSelection:
+    """A list action's selected rows are ids, or the post is refused (400): Django's
+    filter(pk__in=...) of another value raises, a 500."""
+
+    def response_action(self, request, queryset):
+        self._refuse_what_is_no_id(request)
+        return super().response_action(request, queryset)
+
+    def _refuse_what_is_no_id(self, request) -> None:
+        try:
+            for pk in request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME):
+                if "\x00" in pk:  # PostgreSQL refuses a NUL in text: a key that is a name too
+                    raise ValidationError("NUL")
+                self.opts.pk.to_python(pk)
+        except ValidationError:
+            raise BadRequest("A selected row is not an id.") from None
+
+
+class TenantScopedAdmin(IdSelection, admin.ModelAdmin):
     """Show a non-superuser only the rows of its accounts; another account's object is a 404."""
 
     account_field = "account"
@@ -53,18 +71,14 @@ class TenantScopedAdmin(admin.ModelAdmin):
     def response_action(self, request, queryset):
         """Run an action that changes rows on the rows of accounts the user may change only,
         saying how many selected rows were left alone."""
-        selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
-        try:
-            for pk in selected:
-                self.opts.pk.to_python(pk)
-        except ValidationError:  # Django's filter(pk__in=...) would raise: a 500
-            raise BadRequest("A selected row is not an id.") from None
+        self._refuse_what_is_no_id(request)  # before the count of them below
         # every posted value, not the one Django will pick (a list has an action form at its top
         # and one at its bottom): judged by the last, a post of a changing action and a view-only
         # one had a viewer's rows changed
         if any(self._changes_rows(name) for name in request.POST.getlist("action")):
             editable = scoped(queryset, request.user, account_field=self.account_field,
                               editable=True)
+            selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
             if not request.POST.get("select_across") and selected:
                 left = len(selected) - editable.filter(pk__in=selected).count()
                 if left > 0:
