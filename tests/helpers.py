@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
@@ -93,3 +94,11 @@ def fetch_dicts(cursor) -> list[dict]:
     """The cursor's remaining rows, each as {column: value}."""
     names = [column.name for column in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 60.0) -> None:
+    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from collections import Counter
 
 import pytest
 
 from growth.models import Campaign, Send, SendCursor, SendLease
-from tests.helpers import manage, subprocess_env
+from tests.helpers import manage, subprocess_env, wait_for
 from tests.scenarios import approved_campaign, statuses
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -44,12 +43,6 @@ def sender(smtp_server, tmp_path):
             process.wait()
         log.close()
 
-
-def wait_for(condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def job_ids(campaign: Campaign) -> set[str]:

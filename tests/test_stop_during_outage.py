@@ -17,7 +17,7 @@ import pytest
 from django.utils import timezone
 
 from growth.models import Send, SendLease, WorkerHeartbeat
-from tests.helpers import manage, subprocess_env
+from tests.helpers import manage, subprocess_env, wait_for
 from tests.scenarios import approved_campaign, rows_by_status
 from tests.servers import TcpProxy
 from tests.smtp import free_port
@@ -59,12 +59,6 @@ def sender(smtp_server, proxy, tmp_path):
             process.kill()
             process.wait()
 
-
-def wait_for(condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def terminate(process: subprocess.Popen, log: Path) -> tuple[float, int | None, str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from growth.sending.console import Console
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
 from tests import scenarios
+from tests.helpers import wait_for
 from tests.scenarios import approved_campaign, pausing_once, sending_campaign
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -205,9 +205,3 @@ def test_a_real_mail_server_gets_no_warning(smtp_settings, caplog):
     assert lines(caplog, logging.WARNING) == []
     assert any(line.startswith("worker w1 started") for line in lines(caplog))
 
-
-def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
