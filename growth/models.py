@@ -305,6 +305,12 @@ class Campaign(models.Model):
     objects = CampaignManager()
     monitor = CampaignMonitorManager()
 
+    @property
+    def sends_as(self) -> Campaign | Account:
+        """What holds the sender it goes out as (from_email, from_name): itself once started,
+        its account before."""
+        return self if self.from_email else self.account
+
     class Meta:
         db_table = "growth_campaigns"
         ordering = ["-created_at"]

@@ -147,7 +147,7 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
 
     @admin.display(description="sends as")
     def sends_as(self, obj):
-        sender = obj if obj.from_email else obj.account
+        sender = obj.sends_as
         shown = as_read(name=sender.from_name, address=sender.from_email)
         if obj.from_email:
             return shown

@@ -60,9 +60,9 @@ class CampaignContent:
     def of(cls, campaign) -> CampaignContent:
         """Its content as it goes out: the sender it took when it started (before: its
         account's, for previews and test messages)."""
-        sent_as = campaign if campaign.from_email else campaign.account
+        sender = campaign.sends_as
         return cls(campaign.id, campaign.account_id, campaign.subject, campaign.body_text,
-                   campaign.body_html, sent_as.from_email, sent_as.from_name, campaign.started_at)
+                   campaign.body_html, sender.from_email, sender.from_name, campaign.started_at)
 
     @property
     def sender(self) -> tuple[str, str]:
