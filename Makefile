@@ -40,7 +40,8 @@ test: install
 ## slow cores). PG_ALL=1 runs them all.
 test-pg: install
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test TEST_DATABASE_NAME=test_zylior_pg \
-	LEASE_EXAMPLES=$(or $(LEASE_EXAMPLES),200) $(PY) -m pytest \
+	LEASE_EXAMPLES=$(or $(LEASE_EXAMPLES),100) PROTOCOL_EXAMPLES=$(or $(PROTOCOL_EXAMPLES),20) \
+	$(PY) -m pytest \
 	$(if $(PG_ALL),,-m "not slow" --ignore=tests/test_browser.py)
 
 ## verify: the send protocol's Promela model checked exhaustively by spin (Debian: apt-get install
