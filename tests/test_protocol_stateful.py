@@ -48,6 +48,7 @@ from growth.sending.transports import BaseTransport, Outcome
 from growth.sending.worker import Worker
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
 from tests.protocol_mutants import MUTANTS, mutated
+from tests.scenarios import sending_campaign
 
 DEFAULT_EXAMPLES, DEFAULT_STEPS = 40, 30
 EXAMPLES = int(os.environ.get("PROTOCOL_EXAMPLES", DEFAULT_EXAMPLES))
@@ -606,3 +607,13 @@ def test_the_send_protocol_keeps_its_promises_in_any_order_of_events(machine):
 def test_every_mutant_still_finds_its_text_in_the_sql(name):
     with mutated(name):
         pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_mutant_reaches_a_statement_the_connection_has_already_prepared():
+    campaign = sending_campaign(count=2)
+    first, second = Send.objects.claim(worker_id="w", batch_size=2, lease=60,
+                                       campaign_id=campaign.id)
+    assert Send.objects.hand_over([first], worker_id="w") == {first.id: "sending"}
+    with mutated("hand_over_marks_sent"):
+        assert Send.objects.hand_over([second], worker_id="w") == {second.id: "sent"}

@@ -155,8 +155,7 @@ class Queries:
         self.statements = load(path)
         self._settings = {name: _count_settings(statement)
                           for name, statement in self.statements.items()}
-        self._prepared = {name: Prepared.of(f"growth_{path.stem}_{name}", statement)
-                          for name, statement in self.statements.items()}
+        self._prepared: dict[str, Prepared] = {}
 
     @classmethod
     def beside(cls, module_file: str) -> Queries:
@@ -226,7 +225,13 @@ class Queries:
     def prepare(self, name: str, cursor) -> Prepared:
         """The statement, prepared on this cursor's connection if it is not yet. PREPARE is not
         transactional: a rollback of the caller's transaction leaves it prepared."""
-        prepared = self._prepared[name]
+        statement = self.statements[name]
+        prepared = self._prepared.get(name)
+        # made again when the text changed (tests' mutants replace a statement in place): its
+        # name holds a hash of its text, so the new text is prepared under a name of its own
+        if prepared is None or prepared.source is not statement:
+            prepared = self._prepared[name] = Prepared.of(f"growth_{self.path.stem}_{name}",
+                                                          statement)
         on_this_connection = _PREPARED_ON.setdefault(connection.connection, set())
         if prepared.name not in on_this_connection:
             cursor.execute(prepared.definition)
@@ -259,6 +264,7 @@ class Prepared:
     definition: str
     execute: str
     set_locals: str = ""
+    source: str = ""  # the block it was made from
 
     @classmethod
     def of(cls, name: str, statement: str) -> Prepared:
@@ -277,7 +283,8 @@ class Prepared:
         # take each other's place on a connection
         name = f"{name}_{hashlib.blake2s(body.encode(), digest_size=4).hexdigest()}"
         arguments = f"({', '.join(f'%({param})s' for param in order)})" if order else ""
-        return cls(name, f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}", set_locals)
+        return cls(name, f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}", set_locals,
+                   statement)
 
 
 def split_settings(statement: str) -> tuple[str, str]:
