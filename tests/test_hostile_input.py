@@ -8,7 +8,7 @@ import re
 import pytest
 from django.contrib import admin
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import Client
+from django.test import Client, RequestFactory
 from django.urls import reverse
 
 from growth.models import Suppression
@@ -143,3 +143,17 @@ def test_an_action_on_a_selected_value_that_is_no_id_is_a_4xx_not_a_500(tenant, 
                            {"action": action, "_selected_action": [selected]})
     # a mail domain's key is its name: any text but a NUL may be one, found or not
     assert response.status_code == (400 if model != "maildomain" or "\x00" in selected else 302)
+
+
+def test_every_admins_actions_refuse_a_selected_value_that_is_no_id(tenant):
+    """Other apps' admins too (auth's users and groups, axes' sign-in records)."""
+    sending_campaign(count=1, account=tenant)
+    client = Client(raise_request_exception=False)
+    client.force_login(operator(tenant, is_superuser=True))
+    request = RequestFactory().get("/admin/")
+    request.user = operator(tenant, is_superuser=True)
+    for model, model_admin in admin.site._registry.items():
+        url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
+        for action in model_admin.get_actions(request):
+            response = client.post(url, {"action": action, "_selected_action": ["1\x00"]})
+            assert response.status_code == 400, (url, action, response.status_code)

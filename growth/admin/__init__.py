@@ -1,6 +1,11 @@
 """The operators' Django admin. Non-superusers see and act only on the accounts they are members
-of (growth.Membership); every status change goes through the engine's managers or services."""
+of (growth.Membership); every status change goes through the engine's managers or services.
+
+Django's admin imports this after the admins of the apps listed before growth (auth, axes)."""
 
 import growth.admin.destinations  # registers Destination and MailDomain
 import growth.admin.domains  # noqa: F401 - registers SendingDomain
 from growth.admin import audience, campaigns, feedback, limits, sends, workers  # noqa: F401 - registers
+from growth.admin.other_apps import refuse_selections_that_are_no_ids
+
+refuse_selections_that_are_no_ids()

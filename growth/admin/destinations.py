@@ -21,7 +21,7 @@ from growth.models import Destination, MailDomain, RateLimit
 
 
 @admin.register(Destination)
-class DestinationAdmin(ReadOnlyAdmin, SuperuserOnly, admin.ModelAdmin):
+class DestinationAdmin(IdSelection, ReadOnlyAdmin, SuperuserOnly, admin.ModelAdmin):
     list_display = ["name", "cached_domains", "provider_limit", "tenant_limits", "created_at"]
     search_fields = ["name"]  # also the rate limit form's autocomplete
     show_full_result_count = False

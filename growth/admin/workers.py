@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from growth.admin.scoping import ReadOnlyAdmin
+from growth.admin.scoping import IdSelection, ReadOnlyAdmin
 from growth.models import WorkerHeartbeat
 from growth.sending.worker import HEARTBEAT_EVERY
 
@@ -22,7 +22,7 @@ def is_alive(seen_at, stopped_at, now=None) -> bool:
 
 
 @admin.register(WorkerHeartbeat)
-class WorkerAdmin(ReadOnlyAdmin, admin.ModelAdmin):
+class WorkerAdmin(IdSelection, ReadOnlyAdmin, admin.ModelAdmin):
     list_display = ["worker_id", "state", "hostname", "pid", "receiver", "batch_size",
                     "started_at", "seen_at", "rows_held"]
     list_filter = ["receiver"]
