@@ -309,6 +309,27 @@ def test_stop_ends_the_loop_after_the_batch_in_hand(smtp_settings, protocol):
     assert sent in (7, 14) and statuses(campaign) == {"sent": sent, "queued": 50 - sent}
 
 
+def test_a_stop_lets_only_the_chunks_on_the_wires_go_out_and_gives_the_rest_back(
+        smtp_settings, protocol, settings):
+    """A plain receiver's batch goes out chunk by chunk: a stop (SIGTERM) waits for the chunk on
+    each wire, not for the batch, which a relay slow to answer could make minutes."""
+    settings.SENDER_HANDOFF_CHUNK = 3
+    campaign = approved_campaign(count=30)
+
+    class StopOnTheFirstChunk(DjangoMailTransport):
+        def send_bulk(self, deliveries):
+            worker.stop()
+            return super().send_bulk(deliveries)
+
+    worker = Worker(batch_size=30, tick=0.05, lease=30, transport=StopOnTheFirstChunk(),
+                    connections=1)
+    worker.run()
+    assert statuses(campaign) == {"sent": 3, "queued": 27}
+    assert len(smtp_settings.handler.keys()) == 3
+    assert set(Send.objects.filter(campaign=campaign, status="queued")
+               .values_list("attempts", flat=True)) == {0}
+
+
 def test_a_hard_bounce_suppresses_the_address_for_that_tenant_only(smtp_settings, other_tenant, protocol):
     campaign = approved_campaign(count=4)
     elsewhere = SubscriberFactory(segment__account=other_tenant, email="person1@example.com")

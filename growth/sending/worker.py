@@ -27,7 +27,9 @@ worker trades speed for doubt (``receiver_deduplicates`` says which it is):
   (``growth.sending.hand_overs``).
 
 Within ``run()`` the loop claims the next batch while the wires finish the last one (at most
-two batches in hand: a stop or a pause lets both finish).
+two batches in hand: a pause lets both finish, and so does a stop where the receiver
+de-duplicates; a plain receiver's stop waits only for the chunks on the wires, and gives the
+rest back).
 
 Each campaign runs on the protocol it was built with (SENDER_PROTOCOL): the row protocol above,
 or the lease protocol (``growth.managers.leases``: a lease per batch behind the campaign's
@@ -159,7 +161,8 @@ class Worker:
         self._guard = GuardSchedule()  # pauses a tenant whose bounces or complaints cross the line
 
     def stop(self) -> None:
-        """Ask the loop to exit after the batch in hand (safe from a signal handler)."""
+        """Ask the loop to exit after the batch in hand (plain: after the chunks on the wires);
+        safe from a signal handler."""
         if self._stop_at is None:
             self._stop_at = time.monotonic()
         self._stop.set()
@@ -397,7 +400,7 @@ class Worker:
         def take_pieces(transport: BaseTransport) -> None:
             answered: list = []  # settled with the next hand-over
             try:
-                while not (broken.is_set() or batch.refused.is_set()):
+                while not (broken.is_set() or batch.refused.is_set() or self._stop.is_set()):
                     try:
                         piece = waiting.get_nowait()
                     except queue.Empty:
@@ -510,7 +513,8 @@ class Worker:
     def _land_oldest(self) -> None:
         """Wait for the oldest batch on the wires, settle it (idempotent: its one settle), and
         pause its campaign if its transport raised, once nothing of the worker's is on the
-        wires any more; give back what no wire took once the transport refused us."""
+        wires any more; give back what no wire took once the transport refused us or the worker
+        is stopping."""
         delivering = self._in_flight[0]
         wait(delivering.wires)
         self._in_flight.popleft()
@@ -530,9 +534,9 @@ class Worker:
         elif failed is not None:
             wait([wire for later in self._in_flight for wire in later.wires])
             self._contain(batch, failed)
-        elif batch.refused.is_set() and not self.idempotent:
-            # its settle paused the campaign: the pieces no wire took go back (an idempotent
-            # receiver's batch went on the wires whole)
+        elif (batch.refused.is_set() or self._stop.is_set()) and not self.idempotent:
+            # its settle paused the campaign, or the worker is stopping: the pieces no wire took
+            # go back (an idempotent receiver's batch went on the wires whole)
             self._give_back(batch)
         self._report(batch)
 

@@ -13,7 +13,7 @@ from growth.sending.worker import Worker, default_worker_id
 
 class Command(BaseCommand):
     help = ("Run the campaign sender: start due campaigns, build, claim, deliver, settle, finish. "
-            "By default it runs until SIGTERM or Ctrl-C (the batch in hand is finished first), "
+            "By default it runs until SIGTERM or Ctrl-C (what is on the wires is finished first), "
             "printing each campaign's progress every few seconds; messages go where EMAIL_URL "
             "says (consolemail:// and filemail:// send nothing, and it warns so at start).")
 
