@@ -77,11 +77,7 @@ class TcpProxy:
     def cut(self) -> None:
         self._cut.set()
         for sock in list(self._sockets):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-                sock.close()
-            except OSError:
-                pass
+            _hang_up(sock)
         self._sockets.clear()
 
     def mend(self) -> None:
@@ -121,5 +117,14 @@ class TcpProxy:
             pass
         finally:
             for sock in (source, sink):
-                with contextlib.suppress(OSError):
-                    sock.close()
+                _hang_up(sock)
+
+
+def _hang_up(sock: socket.socket) -> None:
+    """End the connection for both peers. A close() alone would not: the other direction's
+    thread is blocked in recv() on one of these sockets, and on Linux that holds the socket
+    open, unsignalled, for as long as the peer stays silent (PostgreSQL's session and the
+    thread then outlived the test); shutdown() wakes it and sends the peer its end."""
+    with contextlib.suppress(OSError):  # already hung up, from the other side or by cut()
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
