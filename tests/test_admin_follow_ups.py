@@ -13,6 +13,8 @@ from growth.operations.campaigns import pause_campaign
 from tests.factories import SegmentFactory
 from tests.helpers import texts
 from tests.scenarios import operator, sending_campaign
+from tests.test_follow_up_corrected_address import edit_address
+from tests.test_follow_ups import build
 
 pytestmark = pytest.mark.django_db
 
@@ -43,6 +45,18 @@ def test_the_confirmation_page_counts_who_the_follow_up_would_reach(client, staf
     assert counted.in_flight == 1
     assert "would reach 3 recipients" in response.content.decode()
     assert not Campaign.objects.filter(resend_of=campaign).exists()  # a GET creates nothing
+
+
+def test_the_confirmation_page_counts_two_recipients_now_at_one_address_once(client, staff,
+                                                                             tenant):
+    campaign = paused(tenant, ["failed", "failed", "failed"])
+    a, b, _ = Send.objects.filter(campaign=campaign).order_by("id")
+    edit_address(a, b.email, other_segment=True)
+    response = client.get(resend_url(campaign))
+    assert response.context["counted"].sharing_an_address == 1
+    assert "would reach 2 recipients" in response.content.decode()
+    client.post(resend_url(campaign), {"name": "Spring sale, again"})
+    assert build(Campaign.objects.get(resend_of=campaign)) == 2
 
 
 def test_confirming_creates_a_draft_and_leaves_history_on_both(client, staff, tenant):

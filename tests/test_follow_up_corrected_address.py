@@ -6,8 +6,10 @@ and never to an address the chain has already mailed."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from growth.models import Campaign, Send, Subscriber, Suppression
+from growth.operations.campaigns import resume_campaign
 from growth.operations.follow_ups import create_follow_up, resend_audience
 from tests.factories import SegmentFactory, SubscriberFactory
 from tests.test_follow_ups import addresses, build, paused_with
@@ -120,3 +122,103 @@ class TestCorrectedAddress:
         follow_up = create_follow_up(campaign_id=original.id, include_new_subscribers=True)
         assert build(follow_up) == 1
         assert addresses(follow_up) == {"b@example.com"}
+
+
+def newcomer(original: Campaign, email: str) -> Subscriber:
+    """A subscriber who joined the original's audience after its build."""
+    return SubscriberFactory(segment=SegmentFactory(account=original.account), email=email)
+
+
+def onto_another_recipient(original: Campaign, rows: list[Send]) -> None:
+    edit_address(rows[0], rows[1].email, other_segment=True)
+
+
+def both_onto_one_new_address(original: Campaign, rows: list[Send]) -> None:
+    for row in rows:
+        edit_address(row, "shared@example.com", other_segment=True)
+
+
+def onto_a_newcomer(original: Campaign, rows: list[Send]) -> None:
+    newcomer(original, "newcomer@example.com")
+    edit_address(rows[0], "newcomer@example.com")
+
+
+# the original's rows (in id order) and the edit that makes two of them, or one of them and a
+# newcomer, share an address
+COLLISIONS = {
+    "onto-another-recipient": (["failed", "cancelled"], onto_another_recipient),
+    "in-doubt-onto-another-recipient": (["unknown", "failed"], onto_another_recipient),
+    "both-onto-one-new-address": (["failed", "queued"], both_onto_one_new_address),
+    "onto-a-newcomer": (["failed"], onto_a_newcomer),
+    "in-doubt-onto-a-newcomer": (["unknown"], onto_a_newcomer),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("new_subscribers", [False, True], ids=["", "new"])
+@pytest.mark.parametrize("unknown", [False, True], ids=["", "unknown"])
+@pytest.mark.parametrize("collision", COLLISIONS)
+def test_the_confirmation_counts_the_rows_the_build_creates_when_addresses_collide(
+        collision, unknown, new_subscribers):
+    """One row per address: two recipients taken at one address now, or one at a newcomer's,
+    are one message, on the confirmation page as in the build."""
+    statuses, collide = COLLISIONS[collision]
+    original, _ = paused_with(statuses)
+    collide(original, list(Send.objects.filter(campaign=original).order_by("id")))
+    options = {"include_unknown": unknown, "include_new_subscribers": new_subscribers}
+    counted = total(original, **options)
+    follow_up = create_follow_up(campaign_id=original.id, **options)
+    assert build(follow_up) == counted
+
+
+
+def unconfirmed(row: Send) -> Subscriber:
+    """The row's subscriber back to pending (asked to confirm its address again, say)."""
+    subscriber = Subscriber.objects.get(id=row.subscriber_id)
+    subscriber.status = Subscriber.Status.PENDING
+    subscriber.save(update_fields=["status"])
+    return subscriber
+
+
+def confirmed_again(subscriber: Subscriber) -> None:
+    subscriber.status = Subscriber.Status.CONFIRMED
+    subscriber.save(update_fields=["status"])
+
+
+@pytest.mark.django_db
+def test_an_address_a_follow_up_mailed_for_a_corrected_subscriber_is_not_mailed_again():
+    """A's row failed and A was unconfirmed when B, corrected to A's address, was mailed there
+    by a first follow-up. A confirmed again, a second follow-up of the original must not take
+    A's row, whose address is as it was: the chain has mailed it."""
+    original, _ = paused_with(["failed", "failed"])
+    a, b = Send.objects.filter(campaign=original).order_by("id")
+    pending = unconfirmed(a)
+    edit_address(b, a.email, other_segment=True)
+    first = create_follow_up(campaign_id=original.id)
+    assert build(first) == 1 and addresses(first) == {a.email_lower}
+    Send.objects.filter(campaign=first).update(status="sent", sent_at=timezone.now())
+    confirmed_again(pending)
+    counted = resend_audience(original)
+    assert counted.blocked == 1
+    second = create_follow_up(campaign_id=original.id)
+    assert build(second) == counted.total(include_unknown=False,
+                                          include_new_subscribers=False) == 0
+
+
+@pytest.mark.django_db
+def test_an_address_still_queued_in_the_original_is_not_taken_for_a_corrected_subscriber():
+    """A's row is queued in the paused original and A unconfirmed: the follow-up leaves the row
+    there, and a resume sends it once A is confirmed again. B, corrected to A's address, must not
+    be mailed there by the follow-up too."""
+    original, _ = paused_with(["queued", "failed"])
+    a, b = Send.objects.filter(campaign=original).order_by("id")
+    pending = unconfirmed(a)
+    edit_address(b, a.email, other_segment=True)
+    counted = resend_audience(original)
+    follow_up = create_follow_up(campaign_id=original.id)
+    assert build(follow_up) == counted.total(include_unknown=False,
+                                             include_new_subscribers=False) == 0
+    confirmed_again(pending)
+    resume_campaign(campaign_id=original.id)
+    claimed = Send.objects.claim(worker_id="w", batch_size=10, lease=60, campaign_id=original.id)
+    assert [c.email for c in claimed] == [a.email]

@@ -98,23 +98,42 @@ class AddressHistory(FromRow):
 
 
 @dataclass(frozen=True, slots=True)
-class ResendAudience:
+class ResendAudience(FromRow):
     """Who a follow-up of a campaign would take, counted without building it."""
 
     # status in the original -> rows a follow-up would take; 'in_doubt': unknown, or queued
     # again after a lost worker (taken only if asked)
     takeable: dict[str, int]
-    # not sent, but opted out or no longer confirmed, or (its subscriber's address edited since)
-    # at an address the chain has mailed: never taken
+    # not sent, but opted out or no longer confirmed, or at an address (its subscriber's now)
+    # that the chain has mailed or is to mail: never taken
     blocked: int
     already_resent: int  # taken by an earlier follow-up
     in_flight: int  # on the wire in the original right now: not taken (may still be delivered)
-    new_subscribers: int  # addresses no campaign of the chain has mailed
+    # the rows its build would create, one per address: the addresses the rows taken are at now
+    # (without, and with, those in doubt), and those of subscribers no campaign of the chain has
+    # mailed that are not among them
+    addresses: int
+    addresses_with_doubt: int
+    new_subscribers: int
+    new_subscribers_with_doubt: int
 
     def total(self, *, include_unknown: bool, include_new_subscribers: bool) -> int:
-        return (sum(n for status, n in self.takeable.items()
-                    if include_unknown or status != "in_doubt")
-                + (self.new_subscribers if include_new_subscribers else 0))
+        """The rows the follow-up's build would create with these options."""
+        if include_unknown:
+            return self.addresses_with_doubt + (
+                self.new_subscribers_with_doubt if include_new_subscribers else 0)
+        return self.addresses + (self.new_subscribers if include_new_subscribers else 0)
+
+    @property
+    def sharing_an_address(self) -> int:
+        """Rows taken (those in doubt left out) that add no message: another row taken is at
+        their address now."""
+        return sum(n for status, n in self.takeable.items() if status != "in_doubt") - self.addresses
+
+    @property
+    def added_by_doubt(self) -> int:
+        """The rows ticking "in doubt" adds to the build."""
+        return self.addresses_with_doubt - self.addresses
 
 
 class SendManager(models.Manager):
@@ -154,7 +173,8 @@ class SendManager(models.Manager):
         has mailed. Inside the build's transaction."""
         QUERIES.rows("lock_resend_family", root_id=root_id)
         QUERIES.rows("lock_original_cursor", campaign_id=original_id)
-        return (QUERIES.rowcount("take_from_original", campaign_id=campaign_id, root_id=root_id)
+        return (QUERIES.rowcount("take_from_original", campaign_id=campaign_id,
+                                 original_id=original_id, root_id=root_id)
                 + QUERIES.rowcount("build_new_subscribers", campaign_id=campaign_id,
                                    root_id=root_id))
 
@@ -306,20 +326,9 @@ class SendManager(models.Manager):
 
     def resend_audience(self, *, campaign_id: int, root_id: int) -> ResendAudience:
         """Count what a follow-up of the campaign would take (see ``_build_follow_up``)."""
-        takeable: dict[str, int] = {}
-        blocked = already_resent = in_flight = 0
-        for row in QUERIES.rows("resend_audience", campaign_id=campaign_id, root_id=root_id):
-            if row["taken"]:
-                already_resent += row["rows"]
-            elif row["status"] == "sending":
-                in_flight += row["rows"]
-            elif row["status"] == "suppressed" or row["blocked"]:
-                blocked += row["rows"]
-            else:
-                takeable[row["status"]] = takeable.get(row["status"], 0) + row["rows"]
-        new = QUERIES.one("new_subscribers_since", campaign_id=campaign_id, root_id=root_id)
-        return ResendAudience(takeable=takeable, blocked=blocked, already_resent=already_resent,
-                              in_flight=in_flight, new_subscribers=new["addresses"])
+        row = QUERIES.one("resend_audience", original_id=campaign_id, root_id=root_id)
+        takeable = dict(zip(row.pop("statuses"), row.pop("takeable_rows"), strict=True))
+        return ResendAudience.from_row({**row, "takeable": takeable})
 
     def history_of_address(self, *, account_id: int, email_lower: str) -> list[AddressHistory]:
         """Return the tenant's campaigns that have a row for this address, newest first."""
