@@ -8,6 +8,7 @@ import time
 import pytest
 from django.db import connection, connections
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
 from growth.models import Campaign, RateLimit, RateLimitChange, Send, Suppression
 from growth.sending.transports.django_mail import DjangoMailTransport
@@ -309,6 +310,11 @@ def test_stop_ends_the_loop_after_the_batch_in_hand(smtp_settings, protocol):
     assert sent in (7, 14) and statuses(campaign) == {"sent": sent, "queued": 50 - sent}
 
 
+def messages_counted(outcome: str, transport: str) -> float:
+    return REGISTRY.get_sample_value("growth_messages_total",
+                                     {"outcome": outcome, "transport": transport}) or 0.0
+
+
 def test_a_stop_lets_only_the_chunks_on_the_wires_go_out_and_gives_the_rest_back(
         smtp_settings, protocol, settings):
     """A plain receiver's batch goes out chunk by chunk: a stop (SIGTERM) waits for the chunk on
@@ -323,8 +329,10 @@ def test_a_stop_lets_only_the_chunks_on_the_wires_go_out_and_gives_the_rest_back
 
     worker = Worker(batch_size=30, tick=0.05, lease=30, transport=StopOnTheFirstChunk(),
                     connections=1)
+    given_back = messages_counted("given back", worker.transport.label)
     worker.run()
     assert statuses(campaign) == {"sent": 3, "queued": 27}
+    assert messages_counted("given back", worker.transport.label) - given_back == 27
     assert len(smtp_settings.handler.keys()) == 3
     assert set(Send.objects.filter(campaign=campaign, status="queued")
                .values_list("attempts", flat=True)) == {0}

@@ -19,6 +19,8 @@ from growth.sending.transports import Outcome
 
 logger = logging.getLogger("growth.sending.worker")  # the worker's batch lines, as before
 
+GIVEN_BACK = "given back"  # queued again, attempt not counted: the worker stopped, or was refused
+
 
 @dataclass
 class Tally:
@@ -37,6 +39,10 @@ class Tally:
         with self._lock:
             self.counts.update(settled.values())
 
+    def add_rows(self, outcome: str, rows: int) -> None:
+        with self._lock:
+            self.counts[outcome] += rows
+
     def report(self, worker_id: str, transport: str) -> None:
         """Log the batch's line (debug: the console's progress lines are what an operator
         reads) and count its rows in the worker's metrics."""
@@ -46,13 +52,15 @@ class Tally:
                                  - self.forgotten),
                   "cancelled": self.counts["cancelled"],
                   "unknown": self.counts["unknown"] + self.forgotten,
+                  GIVEN_BACK: self.counts[GIVEN_BACK],
                   "left to lease expiry": self.to_send - sum(self.counts.values())}
         elapsed = max(time.monotonic() - self.started, 1e-6)
         logger.debug(
             "campaign %s: claimed %d, sent %d, retry %d, failed %d, suppressed %d, unknown %d, "
-            "left to lease expiry %d (%.0f/s)",
+            "given back %d, left to lease expiry %d (%.0f/s)",
             self.campaign_id, self.claimed, counts["sent"], counts["retry"], counts["failed"],
-            counts["suppressed"], counts["unknown"], counts["left to lease expiry"],
+            counts["suppressed"], counts["unknown"], counts[GIVEN_BACK],
+            counts["left to lease expiry"],
             self.claimed / elapsed,
             extra={"campaign_id": self.campaign_id, "worker_id": worker_id,
                    "claimed": self.claimed, **{k.replace(" ", "_"): n for k, n in counts.items()}},

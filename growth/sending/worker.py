@@ -66,7 +66,7 @@ from growth.managers.sends import Claimed, HandOver
 from growth.models import Campaign, Send, SendLease, SendTally, Suppression, WorkerHeartbeat
 from growth.observability import metrics
 from growth.reputation.guard import GuardSchedule
-from growth.sending.batches import Batch, Delivering, Tally
+from growth.sending.batches import GIVEN_BACK, Batch, Delivering, Tally
 from growth.sending.console import Console
 from growth.sending.hand_overs import HandOvers
 from growth.sending.heartbeat import Heartbeat
@@ -618,12 +618,18 @@ class Worker:
     def _give_back(self, batch: Batch) -> None:
         """Give back the batch's rows that never went out and are still ours, their attempt not
         counted."""
+        to_send = {row.id for row in batch.to_send}
         for lease in batch.leases:  # those still ours: a settled one has ended
-            SendLease.objects.release(lease.id, campaign_id=batch.campaign_id,
-                                      worker_id=self.worker_id, idempotent=self.idempotent)
+            released = SendLease.objects.release(lease.id, campaign_id=batch.campaign_id,
+                                                 worker_id=self.worker_id,
+                                                 idempotent=self.idempotent)
+            if released.freed:
+                batch.tally.add_rows(GIVEN_BACK, sum(1 for row in lease.rows if row.id in to_send))
+            batch.tally.add_rows(Send.Status.CANCELLED, released.cancelled)
         if not batch.leases:
-            Send.objects.release(batch.rows, campaign_id=batch.campaign_id,
-                                 worker_id=self.worker_id, idempotent=self.idempotent)
+            released = Send.objects.release(batch.rows, campaign_id=batch.campaign_id,
+                                            worker_id=self.worker_id, idempotent=self.idempotent)
+            batch.tally.add_rows(GIVEN_BACK, len(released))
 
     def _finish(self) -> None:
         self._land(block=True)
