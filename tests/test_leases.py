@@ -441,32 +441,37 @@ def test_a_recovery_racing_a_cancel_leaves_no_lease_and_no_row_to_send(first):
     assert Campaign.objects.get(id=campaign.id).status == "cancelled"
 
 
-def test_a_follow_up_leaves_the_originals_leased_rows_to_it_and_counts_them_on_the_wire():
-    from growth.operations.campaigns import approve_campaign, pause_campaign
+def test_a_follow_up_leaves_the_originals_live_leases_to_it_and_counts_them_on_the_wire():
+    """A live lease's rows may be on the wire: the original's. A free lease never handed over
+    (given back by a worker of the paused campaign) holds rows nothing sent: the follow-up takes
+    them as queued rows, and the original, resumed, takes the lease over without sending them."""
+    from growth.operations.campaigns import approve_campaign, pause_campaign, resume_campaign
     from growth.operations.follow_ups import create_follow_up, resend_audience
 
     original = leased_campaign(count=6)
     on_the_wire = _claim(original, worker="w", batch_size=2)
     given_back = _claim(original, worker="v", batch_size=2)
     SendLease.objects.release(given_back.id, campaign_id=original.id, worker_id="v",
-                              idempotent=False)  # free: it goes with the original if resumed
+                              idempotent=False)
     pause_campaign(campaign_id=original.id)
     counted = resend_audience(original)
-    assert (counted.in_flight, counted.takeable) == (4, {"queued": 2})
+    assert (counted.in_flight, counted.takeable) == (2, {"queued": 4})
 
     follow_up = create_follow_up(campaign_id=original.id)
     Campaign.objects.filter(id=follow_up.id).update(
         scheduled_for=timezone.now() - timedelta(minutes=1))
     approve_campaign(campaign_id=follow_up.id)
     assert follow_up.id in Campaign.objects.start_due()
-    assert Send.objects.build_recipients(campaign_id=follow_up.id) == 2
-    leased = set(Send.objects.filter(id__in=[row.id for lease in (on_the_wire, given_back)
-                                             for row in lease.rows])
-                 .values_list("email_lower", flat=True))
+    assert Send.objects.build_recipients(campaign_id=follow_up.id) == 4
+    live = {row.email.lower() for row in on_the_wire.rows}
     taken = set(Send.objects.filter(campaign=follow_up).values_list("email_lower", flat=True))
-    assert not taken & leased
+    assert not taken & live
+    assert {row.email.lower() for row in given_back.rows} <= taken
     # the lease on the wire still settles in the original: the follow-up took none of its rows
     assert _settle(on_the_wire) == {row.id: "sent" for row in on_the_wire.rows}
+    resume_campaign(campaign_id=original.id)
+    assert SendLease.objects.claim(worker_id="w", campaign_id=original.id, batch_size=10,
+                                   lease=60) == []
 
 
 def test_a_destinations_cap_on_messages_on_the_wire_counts_the_rows_of_live_leases():

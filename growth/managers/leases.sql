@@ -167,6 +167,14 @@ SELECT claimed.*, held.lease_id, EXISTS (SELECT 1 FROM freed) AS taken_over,
         LIMIT 1
        ) claimed;
 
+-- _keeps_its_rows --
+-- A lease l whose rows stay its campaign's, out of a follow-up's reach: a live one (its worker's,
+-- expired or not: they may be on the wire), or a free one taken over after a hand-over
+-- (takeovers: they may have arrived, and go again under their keys). A free lease never handed
+-- over holds rows nothing sent, as a queued row is (a cancel cancels them): a follow-up takes
+-- them, and a take-over of it later sends only those still queued.
+(l.worker_id IS NOT NULL OR l.takeovers > 0)
+
 -- _on_the_wire --
 -- Per campaign of %(campaign_ids)s (NULL: of every campaign), its rows on the wire on this
 -- protocol, as corrections to its counts per status: the rows of its live leases (a worker's,

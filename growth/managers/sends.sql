@@ -68,13 +68,24 @@ SELECT pg_advisory_xact_lock(hashtextextended('growth_sends.resend:' || %(root_i
 {{ leases.lock_cursor }}
 
 -- _in_doubt --
--- A row s of a campaign whose message may have arrived although the row does not say 'sent'.
-(s.status = 'unknown' OR (s.status = 'queued' AND s.handed_over_at IS NOT NULL))
+-- A row s of a campaign whose message may have arrived although the row does not say 'sent':
+-- unknown, or queued or cancelled with an earlier attempt's hand-over kept. Every writer keeps a
+-- hand-over on a row it queues again or cancels only while an earlier attempt's message may have
+-- arrived: a cancel that found it queued writes 'unknown', but a retry of it on the wire when
+-- its campaign was cancelled, answered "not delivered" (transient, throttled, refused), ends
+-- 'cancelled' with it, and so does a lease never handed over, recovered or given back there.
+(s.status = 'unknown'
+ OR (s.status IN ('queued', 'cancelled') AND s.handed_over_at IS NOT NULL))
 
 -- _leased_in_original --
--- The rows of the campaign resent (original_id) in a lease of the lease protocol, live or free:
--- they go, or go again, with the original (the CTE `leased` of the statements below).
-SELECT unnest(l.send_ids) AS id FROM growth_send_leases l WHERE l.campaign_id = %(original_id)s
+-- The rows of the campaign resent (original_id) in a lease of the lease protocol that keeps its
+-- rows (leases._keeps_its_rows): they go, or go again, with the original (the CTE `leased` of
+-- the statements below). A free lease never handed over holds rows nothing sent: a follow-up
+-- takes them as it takes queued rows.
+SELECT unnest(l.send_ids) AS id
+  FROM growth_send_leases l
+ WHERE l.campaign_id = %(original_id)s
+   AND {{ leases._keeps_its_rows }}
 
 -- _at_address_now --
 -- The columns of a row s of the campaign resent as a follow-up judges it: at the address its
@@ -104,12 +115,14 @@ sub.email, sub.email_lower, sub.created_at
 -- Step 3: the recipients the campaign it resends did not deliver to become this campaign's, in
 -- one statement that also marks them taken (resent_in) in the original: the rows _resendable
 -- and _mailable_now, those in doubt only if the operator chose to (their message may have
--- arrived: the risk of a duplicate was accepted). In doubt: unknown, or queued again after its
--- worker's lease ran out while the message was handed over (an idempotent receiver would absorb
+-- arrived: the risk of a duplicate was accepted). In doubt (_in_doubt): unknown, or queued again
+-- (or cancelled) after its worker's lease ran out while the message was handed over (an idempotent receiver would absorb
 -- the original's retry, which carries the same key; the follow-up's carries another, and a
 -- stalled worker may still deliver).
--- Never a sent row, never one on the wire ('sending', or in a lease of the lease protocol, live or
--- free: its rows go, or go again, with the original): each row is locked (FOR NO KEY UPDATE, in
+-- Never a sent row, never one on the wire ('sending', or in a lease of the lease protocol that
+-- keeps its rows, leases._keeps_its_rows: they go, or go again, with the original; a free lease
+-- never handed over, which a paused campaign's worker gave back or lost, holds rows nothing
+-- sent, and they are taken as any queued row): each row is locked (FOR NO KEY UPDATE, in
 -- id order) and these conditions re-checked on its newest version, so a claim or a late settle
 -- of the original committed meanwhile wins and the row is left out; a row taken here stays locked
 -- until this build commits, and no claim (SKIP LOCKED, then status = 'queued') or retry
@@ -157,10 +170,11 @@ ON CONFLICT DO NOTHING;
 -- Whether the address a row s of the campaign resent (s.campaign_id) would be retried at,
 -- s.email_lower (its subscriber's current one), is one that another row x of the chain (_chain)
 -- has mailed, may have mailed or is to mail: sent, on the wire, in doubt, or queued where it
--- will go: in another campaign of the chain; in the campaign resent if handed over or in a lease
--- (`leased`), or if it is not taken with s (its subscriber no longer confirmed, or no longer at
--- that address): it stays queued there, to go if the campaign is resumed. A row a follow-up took
--- (resent_in) is not: its follow-up's row stands for it.
+-- will go: in another campaign of the chain; in the campaign resent if handed over, or if it is
+-- not taken with s: not among the statement's `candidates` (in a lease, or claimed by a worker
+-- of the original after the statement's snapshot was taken), or its subscriber no longer
+-- confirmed, or no longer at that address; it stays queued there, to go if the campaign is
+-- resumed. A row a follow-up took (resent_in) is not: its follow-up's row stands for it.
 -- Probed for every row, its address edited or not: a follow-up may have mailed an address for
 -- a subscriber corrected to it while the row of the address's own subscriber was blocked.
 EXISTS (SELECT 1
@@ -170,10 +184,11 @@ EXISTS (SELECT 1
            AND x.id <> s.id
            AND x.resent_in_id IS NULL
            AND (x.status IN ('sent', 'sending', 'unknown')
+                OR (x.status = 'cancelled' AND x.handed_over_at IS NOT NULL)
                 OR (x.status = 'queued'
                     AND (x.campaign_id <> s.campaign_id
                          OR x.handed_over_at IS NOT NULL
-                         OR x.id IN (SELECT id FROM leased)
+                         OR x.id NOT IN (SELECT id FROM candidates)
                          OR NOT EXISTS (SELECT 1
                                           FROM growth_subscribers xs
                                          WHERE xs.id = x.subscriber_id
@@ -701,9 +716,9 @@ SELECT c.id AS campaign_id, c.name AS campaign_name, s.status, s.sent_at, s.upda
 -- What a follow-up of this campaign (original_id) would take, counted without building it, in
 -- one row: the rows not sent, judged through the fragments take_from_original applies, at each
 -- subscriber's address now: taken by the follow-up (`takeable`, by status; 'in_doubt': unknown,
--- or queued again after a lost worker, taken only if asked), blocked (suppressed, or not
--- _mailable_now), taken by an earlier follow-up, or on the wire ('sending', or a row of a
--- lease). Then the rows its build would create, one per address as its INSERTs make them: the
+-- or queued again or cancelled after a lost worker, taken only if asked), blocked (suppressed, or
+-- not _mailable_now), taken by an earlier follow-up, or on the wire ('sending', or a row of a
+-- lease that keeps its rows). Then the rows its build would create, one per address as its INSERTs make them: the
 -- addresses of the rows taken, without and with those in doubt, and the new subscribers' whose
 -- address none of those has (build_new_subscribers runs after take_from_original, and finds the
 -- rows it added in the chain). Served by (campaign_id, status, sent_at).
@@ -718,6 +733,8 @@ WITH leased AS MATERIALIZED (
       JOIN growth_subscribers sub ON sub.id = s.subscriber_id
      WHERE s.campaign_id = %(original_id)s
        AND s.status <> 'sent'
+), candidates AS (  -- the rows take_from_original would lock and judge (_reached_in_chain)
+    SELECT id FROM unsent WHERE id NOT IN (SELECT id FROM leased)
 ), judged AS MATERIALIZED (
     SELECT s.email_lower, {{ _in_doubt }} AS in_doubt,
            CASE WHEN {{ _in_doubt }} THEN 'in_doubt' ELSE s.status END AS status,
