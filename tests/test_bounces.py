@@ -512,10 +512,17 @@ def test_a_forged_token_changes_nothing(world):
     assert_nothing_written(world)
 
 
+def changed_last_signature_character(address: str) -> str:
+    """The address with its signature's last character changed (always: a fixed replacement
+    character was the one already there one time in 32 or so)."""
+    local = address[:-len(BOUNCE_DOMAIN) - 1]
+    return local[:-1] + ("1" if local[-1] == "0" else "0") + "@" + BOUNCE_DOMAIN
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("tamper", [
     lambda address: address.replace("bounces+", "bounces+9"),  # another campaign, same signature
-    lambda address: address[:-len(BOUNCE_DOMAIN) - 2] + "0@" + BOUNCE_DOMAIN,  # signature changed
+    lambda address: changed_last_signature_character(address),
 ])
 def test_a_tampered_token_of_a_real_send_changes_nothing(world, tamper):
     processed = process(world.bounce("postfix-hard", BOUNCE_TO=tamper(world.bounce_to())))
