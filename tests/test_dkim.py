@@ -17,6 +17,7 @@ import nacl.signing
 import pytest
 from django.core.mail import EmailMessage
 from django.urls import reverse
+from dkim import crypto as dkim_crypto
 
 from growth.deliverability import keys
 from growth.models import Campaign, Send, SendingDomain
@@ -36,6 +37,7 @@ RSA_PKCS8_KEY = (KEYS / "rsa2048-pkcs8.pem").read_text()
 SHORT_RSA_KEY = (KEYS / "rsa1024.pem").read_text()
 ED25519_KEY = (KEYS / "ed25519.key").read_text()
 ED25519_PEM = (KEYS / "ed25519.pem").read_text()
+LONG_RSA_KEY = (KEYS / "rsa8192.pem").read_text()
 KEY_OF = {dkim.RSA: RSA_KEY, dkim.ED25519: ED25519_KEY}
 LISTED = {"from", "to", "subject", "date", "message-id", "list-unsubscribe",
           "list-unsubscribe-post", "mime-version", "content-type"}
@@ -72,6 +74,25 @@ def damaged(key: str) -> str:
     while not key[at].isalnum():
         at += 1
     return key[:at] + ("A" if key[at] != "A" else "B") + key[at + 1:]
+
+
+def _der(tag: int, body: bytes) -> bytes:
+    size = len(body).to_bytes((len(body).bit_length() + 7) // 8, "big")
+    return bytes([tag]) + (bytes([len(body)]) if len(body) < 128 else bytes([0x80 | len(size)]) + size) + body
+
+
+def unreduced(key: str) -> str:
+    """The same RSA key with its CRT exponent dP grown by a multiple of p - 1: it still signs,
+    and every signature raises to an exponent as long as the typed key makes it."""
+    numbers = dkim_crypto.parse_pem_private_key(key.encode())
+    numbers["exponent1"] += (numbers["prime1"] - 1) << 4000
+    names = ("version", "modulus", "publicExponent", "privateExponent", "prime1", "prime2",
+             "exponent1", "exponent2", "coefficient")
+    der = _der(0x30, b"".join(_der(0x02, numbers[n].to_bytes(numbers[n].bit_length() // 8 + 1, "big"))
+                              for n in names))
+    body = base64.b64encode(der).decode()
+    lines = [body[i:i + 64] for i in range(0, len(body), 64)]
+    return "\n".join(["-----BEGIN RSA PRIVATE KEY-----", *lines, "-----END RSA PRIVATE KEY-----", ""])
 
 
 def dns(*signers: dkim.Signer):
@@ -379,6 +400,9 @@ def test_the_platform_key_may_live_in_the_admin_and_must_exist_somewhere(setting
 
 @pytest.mark.parametrize(("key", "algorithm", "says"), [
     (SHORT_RSA_KEY, dkim.RSA, "the RSA key has 1024 bits; 2048 or more are required"),
+    # typed by a tenant, signed with for each message on the worker every tenant shares
+    (LONG_RSA_KEY, dkim.RSA, "the RSA key has 8192 bits; at most 4096 are allowed"),
+    (unreduced(RSA_KEY), dkim.RSA, "the RSA key is not in its usual form"),
     (ED25519_KEY, dkim.RSA, "an RSA key must be in PEM form"),
     (RSA_KEY, dkim.ED25519, "this PEM is not an Ed25519 private key"),
     (ED25519_PEM, dkim.RSA, "this is not an RSA private key"),

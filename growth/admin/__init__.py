@@ -7,5 +7,7 @@ import growth.admin.destinations  # registers Destination and MailDomain
 import growth.admin.domains  # noqa: F401 - registers SendingDomain
 from growth.admin import audience, campaigns, feedback, limits, sends, workers  # noqa: F401 - registers
 from growth.admin.other_apps import refuse_selections_that_are_no_ids
+from growth.admin.widgets import tolerant_autocomplete_view
 
 refuse_selections_that_are_no_ids()
+tolerant_autocomplete_view()

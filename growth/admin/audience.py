@@ -65,8 +65,12 @@ class AccountAdmin(SenderPanelMixin, TenantScopedAdmin):
     def get_readonly_fields(self, request, obj=None):
         if request.user.is_superuser:
             return ["warmup_schedule"]
-        # like its rate limits, a tenant's warm-up guards the platform's sending reputation
-        return [*WARMUP_FIELDS, "warmup_schedule"]
+        # like its rate limits, a tenant's warm-up guards the platform's sending reputation; a
+        # slug is unique among all tenants: trying one out would tell whether another has it
+        return ["slug", *WARMUP_FIELDS, "warmup_schedule"]
+
+    def get_prepopulated_fields(self, request, obj=None):
+        return self.prepopulated_fields if request.user.is_superuser else {}  # slug: read only
 
     def has_add_permission(self, request):
         return request.user.is_superuser  # a new tenant is not a member's decision

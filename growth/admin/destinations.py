@@ -78,6 +78,7 @@ class DestinationAdmin(IdSelection, ReadOnlyAdmin, SuperuserOnly, admin.ModelAdm
 class MailDomainAdmin(IdSelection, ReadOnlyAdmin, SuperuserOnly, admin.ModelAdmin):
     list_display = ["domain", "destination", "source", "mx", "resolved_at", "expires_at"]
     list_filter = ["source"]
+    link_lookups = ("destination__id__exact",)  # from a destination's "cached domains"
     list_select_related = ["destination"]
     search_fields = ["domain"]
     show_full_result_count = False

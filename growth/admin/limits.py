@@ -65,6 +65,7 @@ class RateLimitAdmin(TolerantAutocomplete, TenantScopedAdmin):
     list_display = ["applies_to", "configured", "burst", "effective_now", "max_in_flight",
                     "warmup_quota", "current_rate"]
     list_filter = [ScopeFilter]
+    link_lookups = ("destination__id__exact",)  # from a destination's "tenants' limits to it"
     list_select_related = ["account", "destination"]
     autocomplete_fields = ["account", "destination"]
     change_form_template = "growth/admin/ratelimit_change_form.html"

@@ -1,5 +1,6 @@
 """The admins other apps register (auth's users and groups, axes' sign-in records), made to
-refuse a list action's selected value that is no id (400) as ours do (scoping.IdSelection)."""
+refuse a list action's selected value that is no id, a popup's reverse relation and a filter no
+list filter offers (400) as ours do (scoping.IdSelection)."""
 
 from __future__ import annotations
 

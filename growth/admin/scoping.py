@@ -4,7 +4,8 @@ what a member may change (an editor of the account) rather than only see (a view
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.core.exceptions import BadRequest, ValidationError
+from django.contrib.admin.utils import get_fields_from_path
+from django.core.exceptions import BadRequest, FieldDoesNotExist, ValidationError
 from django.http import Http404
 
 from growth.models import Account, Campaign, Segment, Subscriber
@@ -12,6 +13,9 @@ from growth.tenancy import may_edit, scoped
 
 # How each model that a form or a filter offers as a choice reaches its account.
 ACCOUNT_FIELD = {Account: "id", Segment: "account", Campaign: "account", Subscriber: "account"}
+# The parameters Django's list filters read, after their field's path (a relation's also
+# <path>__<its key>__exact).
+FILTER_PARAMETERS = ("", "__exact", "__isnull", "__isempty", "__gte", "__lt")
 
 
 def scoped_choices(model, request, *, editable: bool = False):
@@ -20,8 +24,11 @@ def scoped_choices(model, request, *, editable: bool = False):
 
 
 class IdSelection:
-    """A list action's selected rows are ids, or the post is refused (400): Django's
-    filter(pk__in=...) of another value raises, a 500."""
+    """What a list's request selects rows by is checked, or refused (400), never a 500: an
+    action's selected rows are ids (Django's filter(pk__in=...) of another value raises), a
+    popup selects by a field, and the list is filtered only as its filters offer."""
+
+    link_lookups: tuple[str, ...] = ()  # filters the links of other pages use, beyond its own
 
     def response_action(self, request, queryset):
         self._refuse_what_is_no_id(request)
@@ -35,6 +42,34 @@ class IdSelection:
                 self.opts.pk.to_python(pk)
         except ValidationError:
             raise BadRequest("A selected row is not an id.") from None
+
+    def lookup_allowed(self, lookup, value, request):
+        """Django also takes any lookup of the model's own fields: some answered 500
+        (?name__regex=(, ?id__range=1), and any read a field no page shows, one character at a
+        time (?private_key__startswith=…)."""
+        allowed = lookup in self.link_lookups or lookup in self._filter_parameters(request)
+        return allowed and super().lookup_allowed(lookup, value, request)
+
+    def _filter_parameters(self, request) -> set[str]:
+        names = set()
+        for item in self.get_list_filter(request):
+            if isinstance(item, type) and issubclass(item, admin.SimpleListFilter):
+                names.add(item.parameter_name)
+                continue
+            path = item[0] if isinstance(item, list | tuple) else item
+            field = get_fields_from_path(self.model, path)[-1]
+            if field.is_relation:
+                names.add(f"{path}__{field.target_field.name}__exact")
+            names.update(path + suffix for suffix in FILTER_PARAMETERS)
+        return names
+
+    def to_field_allowed(self, request, to_field):
+        # a reverse relation is no field to select by: Django reads its primary_key, a 500
+        try:
+            concrete = self.opts.get_field(to_field).concrete
+        except FieldDoesNotExist:
+            return False
+        return concrete and super().to_field_allowed(request, to_field)
 
 
 class TenantScopedAdmin(IdSelection, admin.ModelAdmin):

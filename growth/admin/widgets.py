@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from django.contrib import admin
+from django.contrib.admin.views.autocomplete import AutocompleteJsonView
 from django.contrib.admin.widgets import AutocompleteSelect
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import ForeignObjectRel
 
 
 class TolerantAutocompleteSelect(AutocompleteSelect):
@@ -27,3 +30,19 @@ class TolerantAutocomplete:
                                                           using=kwargs.get("using"))
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
+
+class TolerantAutocompleteJsonView(AutocompleteJsonView):
+    """Django's autocomplete endpoint, refusing a field_name that names a reverse relation (403,
+    as for any other field it cannot serve): Django 5.2 asks it for limit_choices_to, a 500."""
+
+    def process_request(self, request):
+        found = super().process_request(request)
+        if isinstance(found[2], ForeignObjectRel):
+            raise PermissionDenied
+        return found
+
+
+def tolerant_autocomplete_view(site: admin.AdminSite = admin.site) -> None:
+    """Serve ``site``'s autocomplete/ with TolerantAutocompleteJsonView (before its URLs are
+    built)."""
+    site.autocomplete_view = TolerantAutocompleteJsonView.as_view(admin_site=site)

@@ -46,6 +46,9 @@ RSA = "rsa-sha256"
 ED25519 = "ed25519-sha256"
 ALGORITHMS = (RSA, ED25519)
 MIN_RSA_BITS = 2048
+# RFC 8301 §3.2: receivers verify keys of up to 4096 bits. Each message is signed in Python's
+# pow() on the worker every tenant shares: 7 ms at 2048 bits, 40 ms at 4096, 2.4 s at 16384.
+MAX_RSA_BITS = 4096
 MAX_KEY_CHARS = 16_000  # an RSA-8192 PEM is ~6,400: anything longer is not a key
 CANONICALIZE = (b"relaxed", b"relaxed")
 SIGNED_HEADERS = ("From", "To", "Subject", "Date", "Message-ID", "List-Unsubscribe",
@@ -159,8 +162,16 @@ def _rsa_pem(text: str) -> str:
     if bits < MIN_RSA_BITS:
         raise DkimKeyError(f"the RSA key has {bits} bits; {MIN_RSA_BITS} or more are required "
                            "(RFC 8301)")
+    if bits > MAX_RSA_BITS:
+        raise DkimKeyError(f"the RSA key has {bits} bits; at most {MAX_RSA_BITS} are allowed "
+                           "(RFC 8301: receivers need not verify a longer one)")
     if key["prime1"] * key["prime2"] != key["modulus"]:
         raise DkimKeyError("the RSA key is damaged (its primes do not make its modulus)")
+    if not (key["exponent1"] < key["prime1"] and key["exponent2"] < key["prime2"]
+            and key["publicExponent"] < key["modulus"]):
+        # still a valid key, but each signature would raise to an exponent as long as it likes
+        raise DkimKeyError("the RSA key is not in its usual form (an exponent larger than its "
+                           "prime or modulus)")
     lines = [body[i:i + 64] for i in range(0, len(body), 64)]
     return "\n".join([f"-----BEGIN {match[1]}-----", *lines, f"-----END {match[1]}-----", ""])
 
