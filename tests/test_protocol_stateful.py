@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple
 
 import pytest
 from django.db import connection
@@ -59,6 +61,9 @@ MUTANT = os.environ.get("PROTOCOL_MUTANT", "")
 WORKERS = {"w1": 2, "w2": 1}  # worker id -> its batch size
 CLOSER = "closer"  # the worker that runs the campaign to its end in the final check
 LEASE = 60.0  # seconds: no lease runs out by itself during a run (time passes, or a worker stalls)
+# seconds a receiver that de-duplicates remembers a key: no key is forgotten by itself during a
+# run (the_receiver_forgets makes more time pass)
+MEMORY = 3600.0
 MAX_ATTEMPTS = 3  # recovery's bound on a worker dying with a row on the wire (idempotent)
 # seconds: no retry falls due by itself, and no row reaches its retry horizon during a run
 RETRY = {"backoff_base": 30.0, "backoff_max": 3600.0, "throttle_delay": 3600.0,
@@ -82,6 +87,22 @@ TWIN, OLDER_TWIN = 1, 3  # indexes in AUDIENCE
 OPTED_OUT_BEFORE_THE_BUILD = "eve@example.com"
 ADDRESSES = sorted({address.lower() for _, address in AUDIENCE})
 IN_FLIGHT = {f"the next recipient {worker} holds": worker for worker in sorted(WORKERS)}
+# While a worker stalls with answers it has not settled, what becomes of the rows its claim held
+# (recovered: 'unknown' for a plain receiver, queued again for one that de-duplicates): left
+# alone; queued again by an operator's retry of the unknown rows; then claimed again by the
+# worker itself, or taken over by the other worker, whose batch may go out and be throttled (a
+# throttle gives the attempt back: queued at the stalled claim's attempt, in the other's name).
+RETRIED, ITSELF, THE_OTHER, THROTTLED = "retried", "itself", "the other", "throttled"
+MEANWHILE = {
+    "nothing": (),
+    "an operator retries the unknown rows": (RETRIED,),
+    "it claims them again": (RETRIED, ITSELF),
+    "the other worker takes them over": (RETRIED, THE_OTHER),
+    "the other worker takes them over and is throttled": (RETRIED, THE_OTHER, THROTTLED),
+}
+# What such a worker may have heard: its rows no longer its claim's, only 'sent' may still change
+# them (recorded on a row the claim left in doubt); the others differ in whether a message arrived.
+LATE_ANSWERS = (Outcome.SENT, Outcome.IN_DOUBT, Outcome.TRANSIENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,20 +112,27 @@ class Transmission:
     job_id: str
     address: str
     checked_at: int  # the machine's clock when its row passed its last check before the wire
-    absorbed: bool  # an idempotent receiver had this job id already and dropped the copy
+    absorbed: bool  # an idempotent receiver remembered this job id and dropped the copy
 
 
 class FakeReceiver:
-    """The other end of the wire: logs every message; an idempotent one delivers a job id once."""
+    """The other end of the wire: logs every message; an idempotent one delivers a job id once
+    for as long as it remembers it."""
 
     def __init__(self, *, idempotent: bool) -> None:
         self.idempotent = idempotent
         self.log: list[Transmission] = []
+        self.remembered: set[str] = set()  # job ids (keys)
 
     def accept(self, *, job_id: str, address: str, checked_at: int) -> Transmission:
-        absorbed = self.idempotent and self.deliveries()[job_id] > 0
+        absorbed = job_id in self.remembered
+        if self.idempotent:
+            self.remembered.add(job_id)
         self.log.append(Transmission(job_id, address, checked_at, absorbed))
         return self.log[-1]
+
+    def forget(self) -> None:
+        self.remembered.clear()
 
     def deliveries(self) -> Counter[str]:
         """Job id -> messages the recipient got."""
@@ -157,6 +185,20 @@ def _expire_leases(campaign_id: int, holder: str | None) -> None:
         """, [campaign_id, holder, holder])
 
 
+def _move_the_clocks_back(campaign_id: int, seconds: float) -> None:
+    """Every time the campaign's send rows hold, moved back as if ``seconds`` had passed."""
+    with connection.cursor() as cursor:
+        cursor.execute("""
+            UPDATE growth_sends
+               SET handed_over_at = handed_over_at - make_interval(secs => %(s)s),
+                   first_attempt_at = first_attempt_at - make_interval(secs => %(s)s),
+                   lease_expires_at = lease_expires_at - make_interval(secs => %(s)s),
+                   next_attempt_at = next_attempt_at - make_interval(secs => %(s)s),
+                   updated_at = updated_at - make_interval(secs => %(s)s)
+             WHERE campaign_id = %(campaign_id)s
+        """, {"s": seconds, "campaign_id": campaign_id})
+
+
 def _make_retries_due(campaign_id: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute("""
@@ -165,11 +207,46 @@ def _make_retries_due(campaign_id: int) -> None:
         """, [campaign_id])
 
 
-def _row_versions(campaign_id: int) -> dict[int, tuple]:
-    """Send id -> (holder, status, what else a worker's step may change)."""
-    return {row[0]: row[1:] for row in Send.objects.filter(campaign_id=campaign_id).values_list(
+class RowVersion(NamedTuple):
+    """What a worker's step may change of a send row."""
+
+    holder: str
+    status: str
+    attempt: int
+    handed_over_at: datetime | None
+    lease: datetime | None
+    next_attempt_at: datetime | None
+    sent_at: datetime | None
+    last_error: str
+
+
+def _row_versions(campaign_id: int) -> dict[int, RowVersion]:
+    return {row[0]: RowVersion(*row[1:]) for row in Send.objects.filter(
+        campaign_id=campaign_id).values_list(
         "id", "claimed_by", "status", "attempts", "handed_over_at", "lease_expires_at",
         "next_attempt_at", "sent_at", "last_error")}
+
+
+def _a_settle_may_change(before: RowVersion, after: RowVersion, *, worker: str, attempt: int,
+                         outcome: str) -> bool:
+    """A settle writes a row its claim holds (the worker's, at the attempt it claimed): on the
+    wire; or, answered 'sent', left in doubt by that claim ('unknown', or queued again by
+    recovery or an operator: sent again, it would arrive twice)."""
+    if before.holder != worker or before.attempt != attempt:
+        return False
+    return before.status == Send.Status.SENDING or (
+        before.status in (Send.Status.UNKNOWN, Send.Status.QUEUED)
+        and outcome == Outcome.SENT and after.status == Send.Status.SENT)
+
+
+def _a_hand_over_may_change(before: RowVersion, after: RowVersion, *, worker: str,
+                            claimed: Claimed) -> bool:
+    """A hand-over writes a row its claim holds (the worker's, on the wire under the lease the
+    claim gave it), and only to send it or to suppress it."""
+    held = (before.holder == worker and before.attempt == claimed.attempts
+            and before.status == Send.Status.SENDING and before.lease == claimed.leased_until)
+    return held and (after.status == Send.Status.SUPPRESSED
+                     or (after.status == Send.Status.SENDING and after.lease == before.lease))
 
 
 class SendProtocol(RuleBasedStateMachine):
@@ -270,6 +347,32 @@ class SendProtocol(RuleBasedStateMachine):
         if self.workers[worker].unsettled:
             self._settle(worker)
 
+    @precondition(lambda self: self.built_at is not None)
+    @rule(worker=st.sampled_from(sorted(WORKERS)), answer=st.sampled_from(LATE_ANSWERS),
+          meanwhile=st.sampled_from(sorted(MEANWHILE)))
+    def a_settle_comes_after_the_lease(self, worker: str, answer: str, meanwhile: str) -> None:
+        """The worker's batch goes out (claimed and handed over first if it holds none; the
+        transport answering ``answer``), then the worker stalls before it settles: its leases
+        run out and are recovered, and the rows move on (``meanwhile``) before what the
+        transport said is settled: the races the settle's claim conditions are for. One rule:
+        the steps apart came in this order too rarely to be found."""
+        state = self.workers[worker]
+        if not (state.delivering or state.unsettled):
+            self._recover()
+            self._claim(worker, batch_size=WORKERS[worker])
+        self._goes_out(worker, answer)
+        if not state.unsettled:
+            return  # nothing went out
+        _expire_leases(self.campaign_id, holder=worker)
+        self._recover()
+        note(f"meanwhile, {meanwhile}")
+        for move in MEANWHILE[meanwhile]:
+            self._meanwhile(move, worker)
+        if state.claimed and not self.idempotent:  # it claimed again: its next hand-over settles
+            self._settle_and_hand_over(worker)
+        else:
+            self._settle(worker)
+
     @rule()
     def housekeeping(self) -> None:
         """Another replica's pass with nothing to claim: build, recover, fold tallies, finish."""
@@ -285,6 +388,17 @@ class SendProtocol(RuleBasedStateMachine):
         """Leases run out (a worker stalled, or died), and every retry falls due."""
         _expire_leases(self.campaign_id, None if leases_of == "everyone" else leases_of)
         _make_retries_due(self.campaign_id)
+
+    # Not while a worker holds rows on their way to the wire: a claim's attempt goes out within
+    # its lease, which the claim relies on to judge whether the receiver will still remember.
+    @precondition(lambda self: self.idempotent and self.built_at is not None
+                  and not any(state.delivering for state in self.workers.values()))
+    @rule()
+    def the_receiver_forgets(self) -> None:
+        """Longer than the receiver remembers a key passes: every lease runs out, every retry
+        falls due, and a row in doubt sent again would be a second message."""
+        _move_the_clocks_back(self.campaign_id, seconds=2 * MEMORY)
+        self.receiver.forget()
 
     # --- people --------------------------------------------------------------------------------
 
@@ -316,7 +430,7 @@ class SendProtocol(RuleBasedStateMachine):
         send_id, job = (Send.objects.filter(campaign_id=self.campaign_id, status=Send.Status.UNKNOWN)
                         .order_by("id").values_list("id", "job_id").first())
         if decision == "retry":
-            self.retried[job] += len(Send.objects.retry_unknown([send_id]))
+            self._retry_unknown({send_id: job})
         elif SendVerdict.objects.settle_unknown({send_id: "test"}, verdict="sent",
                                                 decided_by="the operator"):
             self.marked_delivered.add(job)
@@ -329,7 +443,7 @@ class SendProtocol(RuleBasedStateMachine):
         rows = list(Send.objects.filter(campaign_id=self.campaign_id).values(
             "campaign_id", "subscriber_id", "email_lower", "job_id", "status", "lease_expires_at",
             "claimed_by"))
-        self.p1_a_plain_receiver_gets_a_job_once_per_operator_retry()
+        self.p1_a_recipient_gets_a_job_once_per_operator_retry()
         self.p2_no_row_is_sent_without_a_delivery(rows)
         self.p3_no_message_goes_out_to_an_address_opted_out_before_its_last_check()
         self.p4_a_row_on_the_wire_has_a_lease_and_a_holder(rows)
@@ -337,9 +451,7 @@ class SendProtocol(RuleBasedStateMachine):
         self.a_finished_campaign_has_nothing_left_to_send(rows)
         self.the_tallies_count_every_row()
 
-    def p1_a_plain_receiver_gets_a_job_once_per_operator_retry(self) -> None:
-        if self.idempotent:
-            return
+    def p1_a_recipient_gets_a_job_once_per_operator_retry(self) -> None:
         for job, delivered in self.receiver.deliveries().items():
             assert delivered <= 1 + self.retried[job], (
                 f"P1: {job} delivered {delivered} times, retried by an operator {self.retried[job]}")
@@ -390,23 +502,30 @@ class SendProtocol(RuleBasedStateMachine):
             assert not differences, f"the tallies disagree with the rows: {differences}"
 
     @contextmanager
-    def p6_changes_only_rows_still_held(self, worker: str, attempts: dict[int, int]) -> Iterator[None]:
-        """P6, around a worker's hand-over and settle: they change no row but those this claim
-        still holds, the worker's at the attempt it claimed (a row whose lease expired and was
-        taken over, by another worker or by this one again, is no longer this claim's)."""
+    def p6_changes_only_rows_still_held(self, worker: str, settles: Chunk | None = None,
+                                        hands_over: Sequence[Claimed] = ()) -> Iterator[None]:
+        """P6, around a worker's settle of ``settles`` and hand-over of ``hands_over`` (one
+        commit): they change no row but those its claims still hold (a row whose lease expired
+        and was taken over, by another worker or by this one again, is no longer that claim's).
+        """
         before = _row_versions(self.campaign_id)
         yield
         after = _row_versions(self.campaign_id)
+        outcomes = {o.send_id: o.kind for o in settles.outcomes} if settles else {}
+        claimed = {row.id: row for row in hands_over}
 
-        def held(send_id: int) -> bool:
-            holder, status, attempt = before[send_id][:3]
-            return (holder == worker and attempt == attempts.get(send_id)
-                    and status in (Send.Status.SENDING, Send.Status.UNKNOWN))
+        def may_change(i: int) -> bool:
+            return ((i in outcomes and _a_settle_may_change(
+                        before[i], after[i], worker=worker, attempt=settles.attempts[i],
+                        outcome=outcomes[i]))
+                    or (i in claimed and _a_hand_over_may_change(
+                        before[i], after[i], worker=worker, claimed=claimed[i])))
 
-        changed = [i for i in before if after[i][1:] != before[i][1:]]
-        not_held = {self.address_by_id[i]: before[i][:3] for i in changed if not held(i)}
-        assert not not_held, (
-            f"P6: {worker} changed rows it did not hold (holder, status, attempt): {not_held}")
+        changed = [i for i in before if after[i] != before[i]]
+        not_held = {self.address_by_id[i]: (before[i][:3], after[i].status)
+                    for i in changed if not may_change(i)}
+        assert not not_held, (f"P6: {worker} changed rows it did not hold "
+                              f"((holder, status, attempt), status after): {not_held}")
 
     # --- the end of a run ----------------------------------------------------------------------
 
@@ -488,9 +607,12 @@ class SendProtocol(RuleBasedStateMachine):
         if Campaign.objects.finish():
             note("the campaign finished")
 
-    def _claim(self, worker: str, batch_size: int) -> list[Claimed]:
+    def _claim(self, worker: str, batch_size: int, after: int = 0) -> list[Claimed]:
+        # A plain worker's claims say its receiver forgets at once (0: receiver_forgets_keys_after),
+        # which would stop a row in doubt a second time; here recovery's own promise is checked.
         claimed = Send.objects.claim(worker_id=worker, batch_size=batch_size, lease=LEASE,
-                                     campaign_id=self.campaign_id, hand_over=self.idempotent)
+                                     campaign_id=self.campaign_id, hand_over=self.idempotent,
+                                     after=after, forgets_after=MEMORY if self.idempotent else None)
         if claimed:
             note(f"{worker} claims {self._who({row.id: row.status for row in claimed})}")
         leased = [row for row in claimed if row.status == Send.Status.SENDING]
@@ -504,7 +626,7 @@ class SendProtocol(RuleBasedStateMachine):
         """The last check before the wire: the hand-over (plain), or the read of what an opt-out
         now blocks and the hand-over of those rows only (idempotent)."""
         state = self.workers[worker]
-        with self.p6_changes_only_rows_still_held(worker, state.attempts):
+        with self.p6_changes_only_rows_still_held(worker, hands_over=state.claimed):
             ids = [row.id for row in state.claimed]
             if self.idempotent:
                 # The Worker's own method: what it does with the managers' answers decides what
@@ -521,7 +643,7 @@ class SendProtocol(RuleBasedStateMachine):
         one commit (SendManager.settle_and_hand_over)."""
         state = self.workers[worker]
         chunk = state.unsettled.pop(0)
-        with self.p6_changes_only_rows_still_held(worker, {**chunk.attempts, **state.attempts}):
+        with self.p6_changes_only_rows_still_held(worker, chunk, state.claimed):
             settled, checked = Send.objects.settle_and_hand_over(
                 chunk.outcomes, state.claimed, campaign_id=self.campaign_id,
                 worker_id=worker, attempts=chunk.attempts, **RETRY)
@@ -556,11 +678,42 @@ class SendProtocol(RuleBasedStateMachine):
 
     def _settle(self, worker: str) -> None:
         chunk = self.workers[worker].unsettled.pop(0)
-        with self.p6_changes_only_rows_still_held(worker, chunk.attempts):
+        with self.p6_changes_only_rows_still_held(worker, chunk):
             settled = Send.objects.settle(chunk.outcomes, campaign_id=self.campaign_id,
                                           worker_id=worker, attempts=chunk.attempts, **RETRY)
         note(f"{worker} settles {self._who({o.send_id: o.kind for o in chunk.outcomes})}: "
              f"{self._who(settled)}")
+
+    def _goes_out(self, worker: str, answer: str) -> None:
+        """The worker's batch goes on the wire, handed over first if it is not yet (a plain
+        worker's hand-over settles its last chunk: not one with a chunk left to settle); the
+        transport answers ``answer`` for every message."""
+        state = self.workers[worker]
+        if state.claimed and not (state.unsettled and not self.idempotent):
+            self._hand_over(worker)
+        while state.to_send:
+            self._transmit(worker, answer)
+
+    def _meanwhile(self, move: str, stalled: str) -> None:
+        """A move of ``MEANWHILE``, while the worker ``stalled`` stalls."""
+        other = next(worker for worker in WORKERS if worker != stalled)
+        if move == RETRIED:
+            self._retry_unknown(dict(Send.objects.filter(
+                campaign_id=self.campaign_id, status=Send.Status.UNKNOWN).values_list("id", "job_id")))
+        elif move == THROTTLED:
+            self._goes_out(other, Outcome.THROTTLED)
+            while self.workers[other].unsettled:
+                self._settle(other)
+        else:  # its hand at the stalled worker's rows
+            claimant = stalled if move == ITSELF else other
+            first = min(o.send_id for o in self.workers[stalled].unsettled[0].outcomes)
+            if not self.workers[claimant].delivering:
+                self._claim(claimant, batch_size=WORKERS[claimant], after=first - 1)
+
+    def _retry_unknown(self, jobs: dict[int, str]) -> None:
+        """An operator's retry of these unknown rows ({send id: job id})."""
+        for requeued in Send.objects.retry_unknown(list(jobs)):
+            self.retried[jobs[requeued.id]] += 1
 
     def _die(self, worker: str) -> None:
         if self.workers[worker] != WorkerState():
