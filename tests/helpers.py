@@ -69,6 +69,20 @@ def concurrently(count: int, func: Callable[[int], object]) -> list[object]:
     return results
 
 
+def on_its_own_connection(func: Callable[[], object]) -> threading.Thread:
+    """Start func in a thread, on a database connection of its own, closed when it returns."""
+
+    def run() -> None:
+        try:
+            func()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for a manage.py subprocess that must use this test database."""
     db = connection.settings_dict

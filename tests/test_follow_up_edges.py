@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from growth.models import Send, SendLease
@@ -17,6 +17,7 @@ from growth.operations.follow_ups import create_follow_up, resend_audience
 from growth.sending.transports.base import Outcome
 from growth.sending.transports.errors import too_large
 from growth.sending.worker import Worker
+from tests.helpers import on_its_own_connection
 from tests.scenarios import run_worker, sending_campaign
 from tests.test_follow_up_corrected_address import edit_address
 from tests.test_follow_ups import addresses, build, paused_with
@@ -61,26 +62,15 @@ def test_a_corrected_address_claimed_meanwhile_in_the_original_is_not_taken():
     holding, release = threading.Event(), threading.Event()
 
     def original_worker() -> None:
-        try:
-            with transaction.atomic():
-                claimed = Send.objects.claim(worker_id="w", batch_size=10, lease=60)
-                assert [c.id for c in claimed] == [queued.id]
-                holding.set()
-                release.wait(30)
-        finally:
-            connection.close()
+        with transaction.atomic():
+            claimed = Send.objects.claim(worker_id="w", batch_size=10, lease=60)
+            assert [c.id for c in claimed] == [queued.id]
+            holding.set()
+            release.wait(30)
 
-    def builder() -> None:
-        try:
-            build(follow_up)
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=original_worker)
-    worker.start()
+    worker = on_its_own_connection(original_worker)
     assert holding.wait(30)
-    building = threading.Thread(target=builder)
-    building.start()
+    building = on_its_own_connection(lambda: build(follow_up))
     building.join(1)
     assert building.is_alive(), "the build should wait for the claim's lock on the row"
     release.set()

@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from growth.managers.leases import Lease
 from growth.models import OptOutClock, Send, SendLease, Subscriber, Suppression
 from tests.factories import AccountFactory, SegmentFactory, SubscriberFactory
+from tests.helpers import on_its_own_connection
 from tests.scenarios import sending_campaign
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -84,27 +85,16 @@ def test_an_opt_out_waits_for_no_other_open_transaction_of_its_tenant():
     imported, release = threading.Event(), threading.Event()
 
     def long_import() -> None:
-        try:
-            with transaction.atomic():
-                Suppression.objects.suppress_many(account_id=account.id, reason="imported",
-                                                  emails_lower=["slow@example.com"])
-                imported.set()
-                release.wait(30)
-        finally:
-            connection.close()
+        with transaction.atomic():
+            Suppression.objects.suppress_many(account_id=account.id, reason="imported",
+                                              emails_lower=["slow@example.com"])
+            imported.set()
+            release.wait(30)
 
-    def unsubscribe() -> None:
-        try:
-            Suppression.objects.suppress(account_id=account.id, email_lower="quick@example.com",
-                                         reason="unsubscribed")
-        finally:
-            connection.close()
-
-    importer = threading.Thread(target=long_import)
-    importer.start()
+    importer = on_its_own_connection(long_import)
     assert imported.wait(10)
-    click = threading.Thread(target=unsubscribe)
-    click.start()
+    click = on_its_own_connection(lambda: Suppression.objects.suppress(
+        account_id=account.id, email_lower="quick@example.com", reason="unsubscribed"))
     click.join(5)
     went_through = not click.is_alive()
     release.set()
