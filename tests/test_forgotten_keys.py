@@ -9,6 +9,7 @@ worker whose receiver does not de-duplicate at all never resends a row left in d
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -136,3 +137,35 @@ def test_a_receiver_that_does_not_deduplicate_never_gets_a_row_left_in_doubt(lea
     run_worker(transport=plain, lease=LEASE)
     assert plain.got == []
     assert statuses(campaign) == {"unknown": 3}
+
+
+STALLED_LEASE = 0.5  # a lease the stall below outlasts
+
+
+@pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
+def test_a_worker_stalled_past_its_lease_before_the_send_sends_nothing(leases, monkeypatch):
+    """The claim let the rows go again because the receiver remembers their keys for as long as
+    the claim's lease: an attempt on the wire later than that could arrive a second time. A
+    worker stalled past its lease between the claim and the send (its process paused, a database
+    slow to answer) sends none of them; they wait for lease expiry, and the next claim judges
+    their doubt again."""
+    campaign = sending_campaign(3, leases=leases)
+    _lose_a_worker(campaign, leases=leases)
+    _in_doubt_since(campaign, MEMORY - 2 * STALLED_LEASE)  # remembered for this claim's lease
+    look_at_opt_outs = Worker._hand_over  # the worker's last step before the send
+
+    def stalled(self, ids, *, batch):
+        time.sleep(3 * STALLED_LEASE)
+        return look_at_opt_outs(self, ids, batch=batch)
+
+    monkeypatch.setattr(Worker, "_hand_over", stalled)
+    receiver = Receiver()
+    Worker(transport=receiver, lease=STALLED_LEASE, batch_size=10, once=True).run()
+    assert receiver.got == []  # past its memory by now: a resend could arrive twice
+
+    monkeypatch.undo()
+    run_worker(transport=receiver, lease=LEASE)
+    assert receiver.got == []
+    assert statuses(campaign) == {"unknown": 3}
+    assert set(Send.objects.filter(campaign=campaign).values_list("last_error", flat=True)) \
+        == {FORGOTTEN_KEY}

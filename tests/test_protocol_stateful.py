@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -632,7 +633,8 @@ class SendProtocol(RuleBasedStateMachine):
                 # The Worker's own method: what it does with the managers' answers decides what
                 # goes on the wire, so it is part of the protocol under test.
                 batch = Batch(self.campaign_id, state.claimed, full=False,
-                              tally=Tally(self.campaign_id, len(ids), len(ids)))
+                              tally=Tally(self.campaign_id, len(ids), len(ids)),
+                              lease_ends=time.monotonic() + LEASE)
                 checked = self._worker(worker)._hand_over(ids, batch=batch)
             else:  # a wire's first chunk: the hand-over alone (SendManager.hand_over)
                 checked = Send.objects.hand_over(state.claimed, worker_id=worker)

@@ -79,6 +79,9 @@ class Batch:
     full: bool  # as many rows as were asked for: more is likely waiting
     tally: Tally
     leases: list[Lease] = field(default_factory=list)  # the lease protocol's (none: the row one)
+    # when the claim's lease runs out, on the worker's monotonic clock: from just before the
+    # claim was asked, so never later than the database's end of it
+    lease_ends: float = field(kw_only=True)
     # each row's attempt as claimed: with the worker id, what makes a row still ours
     attempts: dict[int, int] = field(init=False)
     destinations: dict[int, int | None] = field(init=False)  # each row's mailbox provider
@@ -103,6 +106,9 @@ class Batch:
     def named_at_claim(self) -> set[int]:
         """Rows counted when they were found, not when their lease is settled."""
         return self.withheld | self.forgotten
+
+    def within_lease(self) -> bool:
+        return time.monotonic() < self.lease_ends
 
     @property
     def to_send(self) -> list[Claimed]:

@@ -305,6 +305,7 @@ class Worker:
         sending = Campaign.objects.sending()
         self._console.sending([campaign.campaign_id for campaign in sending])
         for campaign in self._in_turn(sending):
+            asked = time.monotonic()
             try:
                 with metrics.STATEMENT_SECONDS.labels("claim").time():
                     claim = self._pacer.claim(campaign, worker_id=self.worker_id,
@@ -313,7 +314,8 @@ class Worker:
                 raise  # the database, not the campaign: _retrying_db waits for it
             except Exception as exc:  # its tenant's pacing cannot be read: it alone stops
                 self._contain(Batch(campaign.campaign_id, [], full=False,
-                                    tally=Tally(campaign.campaign_id, 0, 0)), exc)
+                                    tally=Tally(campaign.campaign_id, 0, 0), lease_ends=asked),
+                              exc)
                 continue
             if not claim.rows:
                 if claim.wait > 0:
@@ -333,7 +335,7 @@ class Worker:
             return Batch(campaign.campaign_id, claim.rows, full=claim.full,
                          tally=Tally(campaign.campaign_id, claimed=len(claim.rows), to_send=going,
                                      forgotten=forgotten),
-                         leases=claim.leases)
+                         leases=claim.leases, lease_ends=asked + self.lease)
         return None
 
     def _deliver(self, batch: Batch) -> Delivering:
@@ -490,9 +492,26 @@ class Worker:
 
     def _render_and_send(self, transport: BaseTransport, batch: Batch,
                          renderer: CampaignRenderer, rows: Sequence[Claimed]) -> list[Outcome]:
-        """On a wire's thread: render a share of the batch and send it; its outcomes."""
-        deliveries, unrenderable = self._render(renderer, rows)
-        return unrenderable + self._send(transport, batch, deliveries)
+        """On a wire's thread (idempotent receiver): render a share of the batch and send it a
+        chunk at a time; its outcomes.
+
+        A chunk goes out only while the claim's lease holds. The claim let a row in doubt go
+        again because the receiver remembers its key for as long as that lease: sent after it
+        (the worker stalled: its process paused, a slow database, a wire slow with the last
+        batch), the message could arrive twice. Such rows have no outcome and wait for lease
+        expiry; the next claim judges their doubt again. What stays unguarded is one chunk,
+        already on the wire when the lease runs out."""
+        outcomes: list[Outcome] = []
+        for start in range(0, len(rows), self.chunk_size):
+            if not batch.within_lease():
+                break
+            deliveries, unrenderable = self._render(renderer, rows[start:start + self.chunk_size])
+            outcomes += unrenderable + self._send(transport, batch, deliveries)
+            refused = next((o for o in outcomes if o.kind == Outcome.REFUSED), None)
+            if refused is not None:  # us, not the recipients: the rest would be refused as well
+                return outcomes + [replace(refused, send_id=row.id)
+                                   for row in rows[start + self.chunk_size:]]
+        return outcomes
 
     def _make_room(self) -> None:
         """Before a claim: settle what the wires finished, and claim only once every piece of
