@@ -50,7 +50,7 @@ from growth.sending.batches import Batch, Tally
 from growth.sending.transports import BaseTransport, Outcome
 from growth.sending.worker import Worker
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
-from tests.protocol_mutants import MUTANTS, mutated
+from tests.protocol_mutants import MUTANTS, SURVIVE_BY_DESIGN, mutated
 from tests.scenarios import sending_campaign
 
 DEFAULT_EXAMPLES, DEFAULT_STEPS = 40, 30
@@ -762,6 +762,10 @@ def test_the_send_protocol_keeps_its_promises_in_any_order_of_events(machine):
 def test_every_mutant_still_finds_its_text_in_the_sql(name):
     with mutated(name):
         pass
+
+
+def test_a_mutant_said_to_survive_by_design_is_a_mutant():
+    assert set(SURVIVE_BY_DESIGN) <= set(MUTANTS)
 
 
 @pytest.mark.django_db(transaction=True)
