@@ -3,6 +3,8 @@ draft, each step in History) and "Clone", scoped to the operator's tenants."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
@@ -13,7 +15,7 @@ from growth.operations.campaigns import pause_campaign
 from tests.factories import SegmentFactory
 from tests.helpers import texts
 from tests.scenarios import operator, sending_campaign
-from tests.test_follow_up_corrected_address import edit_address
+from tests.test_follow_up_corrected_address import edit_address, onto_a_newcomer
 from tests.test_follow_ups import build
 
 pytestmark = pytest.mark.django_db
@@ -45,6 +47,22 @@ def test_the_confirmation_page_counts_who_the_follow_up_would_reach(client, staf
     assert counted.in_flight == 1
     assert "would reach 3 recipients" in response.content.decode()
     assert not Campaign.objects.filter(resend_of=campaign).exists()  # a GET creates nothing
+
+
+def test_the_confirmation_page_gives_the_total_for_each_choice_of_the_boxes(client, staff, tenant):
+    """A row in doubt whose subscriber now has a newcomer's address: ticked alone, each box adds
+    one recipient; ticked together, they add one message."""
+    campaign = paused(tenant, ["failed", "unknown"])
+    in_doubt = Send.objects.get(campaign=campaign, status="unknown")
+    onto_a_newcomer(campaign, [in_doubt])
+    response = client.get(resend_url(campaign))
+    assert response.context["totals"] == {"neither": 1, "new_subscribers": 2, "in_doubt": 2,
+                                          "both": 2}
+    table = response.content.decode().split('class="growth-resend-totals"')[1].split("</table>")[0]
+    assert re.findall(r"<td>(\d+)</td>", table) == ["1", "2", "2", "2"]
+    client.post(resend_url(campaign), {"name": "Spring sale, again", "include_unknown": "on",
+                                       "include_new_subscribers": "on"})
+    assert build(Campaign.objects.get(resend_of=campaign)) == 2
 
 
 def test_the_confirmation_page_counts_two_recipients_now_at_one_address_once(client, staff,

@@ -76,6 +76,12 @@ class FollowUpAdminMixin:
             "title": f"Resend “{original}” to the rest",
             "opts": self.opts, "original": original, "form": form, "counted": counted,
             "base": counted.total(include_unknown=False, include_new_subscribers=False),
+            # a newcomer at the address of a row in doubt is one message: with both ticked the
+            # total is not the sum of the two boxes' figures
+            "totals": {name: counted.total(include_unknown=doubt, include_new_subscribers=new)
+                       for name, doubt, new in [("neither", False, False),
+                                                ("new_subscribers", False, True),
+                                                ("in_doubt", True, False), ("both", True, True)]},
             "sent": Campaign.objects.progress([original.id]).get(original.id, {}).get("sent", 0),
             "change_url": change_url,
         })
