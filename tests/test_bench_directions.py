@@ -269,18 +269,20 @@ def test_i_a_released_lease_is_taken_over_and_in_a_cancelled_campaign_its_rows_a
         given_back = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2,
                                  hand_over=False)
         release = {"campaign_id": campaign.id, "worker_id": "w", "idempotent": False,
-                   "lease_id": given_back[0]["lease_id"]}
-        assert lease.run(cursor, "leases.release", **release) == [{"freed": 1, "cancelled": 0}]
+                   "unsent": False, "lease_id": given_back[0]["lease_id"]}
+        assert lease.run(cursor, "leases.release", **release) == [
+            {"freed": 1, "cancelled": 0, "unknown": 0}]
         again = lease.claim(cursor, campaign_id=campaign.id, worker_id="v", batch_size=2,
                             hand_over=False)
         assert _jobs(again) == _jobs(given_back)
 
         cursor.execute("UPDATE growth_campaigns SET status = 'cancelled' WHERE id = %s",
                        [campaign.id])
-        assert lease.run(cursor, "leases.release", **release) == [{"freed": 0, "cancelled": 0}]  # not w's
+        assert lease.run(cursor, "leases.release", **release) == [
+            {"freed": 0, "cancelled": 0, "unknown": 0}]  # not w's
         assert lease.run(cursor, "leases.release", **{**release, "worker_id": "v",
                                                 "lease_id": again[0]["lease_id"]}) == [
-            {"freed": 0, "cancelled": 2}]
+            {"freed": 0, "cancelled": 2, "unknown": 0}]
     assert _copy("status") == [("cancelled",)] * 2 + [("queued",)] * 2
     assert _leases() == []
 
@@ -291,8 +293,8 @@ def test_i_a_lease_handed_to_a_plain_receiver_is_not_given_back(drop_copies):
     with connection.cursor() as cursor:
         handed = lease.claim(cursor, campaign_id=campaign.id, worker_id="w", batch_size=2)
         assert lease.run(cursor, "leases.release", campaign_id=campaign.id, worker_id="w",
-                    idempotent=False, lease_id=handed[0]["lease_id"]) == [
-            {"freed": 0, "cancelled": 0}]
+                         idempotent=False, unsent=False, lease_id=handed[0]["lease_id"]) == [
+            {"freed": 0, "cancelled": 0, "unknown": 0}]
     assert [row[1] for row in _leases()] == ["w"]  # left to its settle, or to its expiry
 
 

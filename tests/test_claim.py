@@ -335,7 +335,7 @@ def test_release_reads_its_rows_by_primary_key_whatever_else_is_on_the_wire():
     mine = Send.objects.claim(worker_id="w", batch_size=5, lease=60, campaign_id=campaign.id)
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["release"],
-                       {"campaign_id": campaign.id, "idempotent": True,
+                       {"campaign_id": campaign.id, "idempotent": True, "unsent": False,
                         **hand_over_params(mine, worker_id="w")})
         (plan,), = cursor.fetchall()
     assert _rows_read(plan[0]["Plan"], "growth_sends") <= 20  # 5 (twice), not 2,500 passed

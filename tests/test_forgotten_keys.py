@@ -169,3 +169,24 @@ def test_a_worker_stalled_past_its_lease_before_the_send_sends_nothing(leases, m
     assert statuses(campaign) == {"unknown": 3}
     assert set(Send.objects.filter(campaign=campaign).values_list("last_error", flat=True)) \
         == {FORGOTTEN_KEY}
+
+
+@pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
+def test_rows_a_contained_campaign_never_sent_are_not_in_doubt_when_it_is_resumed_days_later(
+        leases):
+    """The claim hands an idempotent receiver's rows over at once; a campaign that cannot be
+    sent as it is (a subject that does not compile) is paused before any of them goes out.
+    Fixed and resumed after the receiver's memory, they go out: nothing of them was sent."""
+    campaign = sending_campaign(3, leases=leases)
+    Campaign.objects.filter(id=campaign.id).update(subject="Hi {% if %}")
+    receiver = Receiver()
+    Worker(transport=receiver, lease=LEASE, batch_size=10, once=True).run()
+    campaign.refresh_from_db()
+    assert (campaign.status, statuses(campaign), receiver.got) == ("paused", {"queued": 3}, [])
+
+    _in_doubt_since(campaign, MEMORY * 24 * 6)  # the operator fixes it days later
+    Campaign.objects.filter(id=campaign.id).update(subject="Hi")
+    assert Campaign.objects.resume(campaign_id=campaign.id)
+    run_worker(transport=receiver, lease=LEASE)
+    assert sorted(receiver.got) == _job_ids(campaign)
+    assert statuses(campaign) == {"sent": 3}

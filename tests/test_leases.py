@@ -248,6 +248,34 @@ def test_a_cancel_leaves_the_wire_to_its_settle_and_a_released_lease_of_it_ends_
     assert not SendLease.objects.exists()
 
 
+@pytest.mark.parametrize("cancelled", [False, True], ids=["paused", "cancelled"])
+def test_a_lease_given_back_after_its_hand_over_to_an_idempotent_receiver_stays_in_doubt(
+        cancelled):
+    """Given back when its batch may have reached a wire, a lease an idempotent receiver's claim
+    handed over is in doubt as recovery would leave it: freed with the time of its hand-over
+    (judged by the receiver's memory when taken over), or, cancelled, its rows 'unknown'. Known
+    unsent (the batch never reached a wire), it is nothing of the kind."""
+    campaign = leased_campaign(count=4)
+    maybe_sent = _claim(campaign, worker="a", batch_size=2, hand_over=True)
+    unsent = _claim(campaign, worker="b", batch_size=2, hand_over=True)
+    if cancelled:
+        Campaign.objects.cancel(campaign_id=campaign.id)
+    released = [SendLease.objects.release(lease.id, campaign_id=campaign.id, worker_id=worker,
+                                          idempotent=True, unsent=worker == "b")
+                for lease, worker in [(maybe_sent, "a"), (unsent, "b")]]
+    if cancelled:
+        assert [(r.freed, r.cancelled, r.unknown) for r in released] == [(0, 0, 2), (0, 2, 0)]
+        assert {row.id: row.status for row in Send.objects.filter(campaign=campaign)} == {
+            **{row.id: "unknown" for row in maybe_sent.rows},
+            **{row.id: "cancelled" for row in unsent.rows}}
+    else:
+        assert [(r.freed, r.cancelled, r.unknown) for r in released] == [(1, 0, 0), (1, 0, 0)]
+        doubt = dict(SendLease.objects.values_list("id", "in_doubt_since"))
+        assert doubt[maybe_sent.id] is not None and doubt[unsent.id] is None
+        assert dict(SendLease.objects.values_list("id", "takeovers")) == {
+            maybe_sent.id: 1, unsent.id: 0}
+
+
 def test_a_paced_destination_without_tokens_is_set_aside_and_taken_as_its_share_allows():
     campaign = leased_campaign(count=6)
     ids = sorted(_rows(campaign))

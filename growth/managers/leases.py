@@ -87,6 +87,7 @@ class Recovery(FromRow):
 class Released(FromRow):
     freed: int  # leases freed for a take-over
     cancelled: int  # rows cancelled with their campaign
+    unknown: int  # rows of a cancelled campaign that may have gone out (handed over)
 
 
 class LeaseManager(models.Manager):
@@ -176,13 +177,14 @@ class LeaseManager(models.Manager):
         return answers
 
     def release(self, lease_id: int, *, campaign_id: int, worker_id: str,
-                idempotent: bool) -> Released:
+                idempotent: bool, unsent: bool = False) -> Released:
         """Give back a lease this worker will not send: freed for a take-over, or, in a
         cancelled campaign, ended with its rows cancelled. A lease handed to a plain receiver
-        stays to its expiry (its rows may have gone out)."""
+        stays to its expiry (its rows may have gone out); one handed to a receiver that
+        de-duplicates is in doubt as after a crash, unless ``unsent``: none of it went out."""
         return Released.from_row(QUERIES.one("release", lease_id=lease_id,
                                              campaign_id=campaign_id, worker_id=worker_id,
-                                             idempotent=idempotent))
+                                             idempotent=idempotent, unsent=unsent))
 
     def recover(self, *, idempotent: bool, max_attempts: int, limit: int = 1_000) -> Recovery:
         """Free or end the leases whose worker died or stalled past their expiry."""

@@ -370,10 +370,14 @@ SELECT (SELECT count(*) FROM freed) AS freed,
 -- a take-over if nothing of it went out, or it went to a receiver that de-duplicates; in a
 -- cancelled campaign (locked first, as cancel locks it) the lease ends and its rows are
 -- cancelled. A lease handed to a plain receiver stays to its expiry: its rows may have gone out.
+-- One handed to a receiver that de-duplicates (by its claim) may have gone out too, unless the
+-- worker knows none of it did (unsent: the batch never reached a wire): as recover frees or
+-- ends such a lease, it keeps when its rows were handed over (in_doubt_since) and counts a
+-- take-over, or, in a cancelled campaign, its rows become 'unknown'.
 WITH campaign AS MATERIALIZED (
     SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE
 ), mine AS MATERIALIZED (
-    SELECT l.id, l.send_ids
+    SELECT l.id, l.send_ids, l.handed_over_at IS NOT NULL AND NOT %(unsent)s AS handed
       FROM growth_send_leases l
      WHERE l.id = %(lease_id)s AND l.worker_id = %(worker_id)s
        AND (l.handed_over_at IS NULL OR %(idempotent)s)
@@ -381,18 +385,31 @@ WITH campaign AS MATERIALIZED (
        FOR UPDATE
 ), freed AS (
     UPDATE growth_send_leases l
-       SET worker_id = NULL, expires_at = NULL, handed_over_at = NULL
-     WHERE l.id IN (SELECT id FROM mine) AND (SELECT status FROM campaign) <> 'cancelled'
+       SET worker_id = NULL, expires_at = NULL, handed_over_at = NULL,
+           takeovers = l.takeovers + CASE WHEN m.handed THEN 1 ELSE 0 END,
+           in_doubt_since = CASE WHEN m.handed THEN least(l.in_doubt_since, l.handed_over_at)
+                                 ELSE l.in_doubt_since END
+      FROM mine m
+     WHERE l.id = m.id AND (SELECT status FROM campaign) <> 'cancelled'
     RETURNING l.id
 ), ended AS (
     DELETE FROM growth_send_leases l
-     WHERE l.id IN (SELECT id FROM mine) AND (SELECT status FROM campaign) = 'cancelled'
-    RETURNING l.send_ids
-), cancelled AS (
+     USING mine m
+     WHERE l.id = m.id AND (SELECT status FROM campaign) = 'cancelled'
+    RETURNING l.id, l.send_ids, m.handed
+), written AS (
     UPDATE growth_sends s
-       SET status = 'cancelled', updated_at = now()
-     WHERE s.id = ANY(ARRAY(SELECT unnest(send_ids) FROM ended))
+       SET status = CASE WHEN e.handed THEN 'unknown' ELSE 'cancelled' END,
+           -- the lease's id: its late settle may still say 'sent' (see settle)
+           claimed_by = CASE WHEN e.handed THEN 'lease ' || e.id ELSE s.claimed_by END,
+           last_error = CASE WHEN e.handed THEN 'lease given back after its hand-over'
+                             ELSE s.last_error END,
+           updated_at = now()
+      FROM ended e
+     WHERE s.id = ANY(e.send_ids)
        AND s.status = 'queued'
-    RETURNING s.id
+    RETURNING s.status
 )
-SELECT (SELECT count(*) FROM freed) AS freed, (SELECT count(*) FROM cancelled) AS cancelled;
+SELECT (SELECT count(*) FROM freed) AS freed,
+       (SELECT count(*) FROM written WHERE status = 'cancelled') AS cancelled,
+       (SELECT count(*) FROM written WHERE status = 'unknown') AS unknown;

@@ -298,12 +298,13 @@ class SendManager(models.Manager):
         return answers
 
     def release(self, claimed: Sequence[Claimed], *, campaign_id: int, worker_id: str,
-                idempotent: bool) -> list[int]:
+                idempotent: bool, unsent: bool = False) -> list[int]:
         """Queue again, attempt not counted, the campaign's rows that ``worker_id``'s claim
         returned and still holds, and that a resend cannot duplicate; return them. Rows handed
-        over to a plain receiver stay to lease expiry: they may have been sent."""
+        over to a plain receiver stay to lease expiry: they may have been sent. ``unsent``: none
+        of them went out (their batch never reached a wire), so none is in doubt for it."""
         return QUERIES.column("release", campaign_id=campaign_id, idempotent=idempotent,
-                              **hand_over_params(claimed, worker_id=worker_id))
+                              unsent=unsent, **hand_over_params(claimed, worker_id=worker_id))
 
     def recover_expired(self, *, idempotent: bool, max_attempts: int) -> list[Recovered]:
         """Release rows whose lease expired; return what became of each."""

@@ -639,15 +639,23 @@ RETURNING s.id, s.campaign_id, s.status;
 -- not handed over, or handed over to a receiver that absorbs a resend. Their attempt does not
 -- count. A row handed over keeps the time it was: queued again, it is in doubt (_in_doubt)
 -- until it is sent again under its key, and no follow-up takes it as never reached (a transport
--- that raised part-way through a batch may have delivered some of it). The campaign row is
--- locked first, as cancel locks it: a cancel committed meanwhile is seen, and its rows end
--- cancelled, not queued.
+-- that raised part-way through a batch may have delivered some of it). Unless the worker knows
+-- none of them went out (unsent: the batch never reached a wire): then the hand-over the claim
+-- stamped (a receiver that de-duplicates; as old as the claim's updated_at, see settle) is
+-- undone, or the claim would have made rows never sent look in doubt since it, and once the
+-- receiver forgot that moment, 'unknown' (a campaign paused for its template and fixed an hour
+-- later). The campaign row is locked first, as cancel locks it: a cancel committed meanwhile is
+-- seen, and its rows end cancelled, not queued.
 WITH campaign AS (
     SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE
 )
 UPDATE growth_sends s
    SET status = CASE WHEN (SELECT status FROM campaign) = 'cancelled' THEN 'cancelled'
                      ELSE 'queued' END,
+       handed_over_at = CASE WHEN %(unsent)s AND handed_over_at >= updated_at THEN NULL
+                             ELSE handed_over_at END,
+       first_attempt_at = CASE WHEN %(unsent)s AND attempts = 1 THEN NULL
+                               ELSE first_attempt_at END,
        attempts = attempts - 1, lease_expires_at = NULL, claimed_by = '', updated_at = now()
  WHERE id = ANY(%(ids)s)
    AND campaign_id = %(campaign_id)s

@@ -253,7 +253,7 @@ class Worker:
             except DATABASE_AWAY:
                 raise  # the database, not the campaign: _retrying_db waits for it
             except Exception as exc:  # this campaign cannot be sent as it is: it alone stops
-                self._contain(batch, exc)
+                self._contain(batch, exc, unsent=True)  # nothing of it reached a wire
                 self._report(batch)
         if not self._pipelined:
             self._land(block=True)
@@ -620,10 +620,11 @@ class Worker:
                          refusal, extra={"campaign_id": batch.campaign_id,
                                          "worker_id": self.worker_id})
 
-    def _contain(self, batch: Batch, exc: Exception) -> None:
+    def _contain(self, batch: Batch, exc: Exception, *, unsent: bool = False) -> None:
         """Pause the batch's campaign with the reason, and give back its rows that never went
-        out, their attempt not counted. Whatever a tenant typed (a sender, a template) then
-        stops its own campaign, never the worker nor anyone else's campaign."""
+        out, their attempt not counted (``unsent``: none of the batch did). Whatever a tenant
+        typed (a sender, a template) then stops its own campaign, never the worker nor anyone
+        else's campaign."""
         reason = describe(exc)  # one line, bounded, no NUL (a template may raise one)
         metrics.CAMPAIGNS_CONTAINED.inc()
         logger.error("campaign %s paused: it cannot be sent as it is (%s)", batch.campaign_id,
@@ -632,22 +633,25 @@ class Worker:
         self._renderers.pop(batch.campaign_id, None)
         self._settler.drain()  # outcomes already in hand are recorded first
         Campaign.objects.pause(campaign_id=batch.campaign_id, reason=reason)
-        self._give_back(batch)
+        self._give_back(batch, unsent=unsent)
 
-    def _give_back(self, batch: Batch) -> None:
-        """Give back the batch's rows that never went out and are still ours, their attempt not
-        counted."""
+    def _give_back(self, batch: Batch, *, unsent: bool = False) -> None:
+        """Give back the batch's rows that are still ours and that a resend cannot duplicate,
+        their attempt not counted (``unsent``: none of the batch went out, so none is in doubt
+        for this attempt)."""
         to_send = {row.id for row in batch.to_send}
         for lease in batch.leases:  # those still ours: a settled one has ended
             released = SendLease.objects.release(lease.id, campaign_id=batch.campaign_id,
                                                  worker_id=self.worker_id,
-                                                 idempotent=self.idempotent)
+                                                 idempotent=self.idempotent, unsent=unsent)
             if released.freed:
                 batch.tally.add_rows(GIVEN_BACK, sum(1 for row in lease.rows if row.id in to_send))
             batch.tally.add_rows(Send.Status.CANCELLED, released.cancelled)
+            batch.tally.add_rows(Send.Status.UNKNOWN, released.unknown)
         if not batch.leases:
             released = Send.objects.release(batch.rows, campaign_id=batch.campaign_id,
-                                            worker_id=self.worker_id, idempotent=self.idempotent)
+                                            worker_id=self.worker_id, idempotent=self.idempotent,
+                                            unsent=unsent)
             batch.tally.add_rows(GIVEN_BACK, len(released))
 
     def _finish(self) -> None:
