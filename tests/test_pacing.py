@@ -22,7 +22,7 @@ from growth.models import (
     Subscriber,
 )
 from growth.sending.pacer import Pacer
-from growth.sending.transports import Outcome
+from growth.sending.transports import BaseTransport, Outcome
 from tests.factories import CampaignFactory, SegmentFactory
 from tests.helpers import concurrently
 from tests.scenarios import sending_campaign, statuses
@@ -351,6 +351,45 @@ def test_a_campaign_outside_its_sending_window_is_not_claimed_until_it_opens():
     Campaign.objects.filter(id=campaign.id).update(
         window_starts=(now - dt.timedelta(hours=1)).time(), window_ends=opens)
     assert len(claim(campaign).rows) == 3
+
+
+class SlowRelay(BaseTransport):
+    """A plain relay that takes a while over every chunk: a batch outlasts what is left of the
+    window."""
+
+    idempotent = False
+    waits_on_a_wire = False
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def send_bulk(self, deliveries):
+        time.sleep(self.seconds)
+        return [Outcome(d.send_id, Outcome.SENT) for d in deliveries]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
+def test_a_plain_receivers_batch_stops_at_the_end_of_its_sending_window(leases, settings):
+    """The claim only saw the window open: the chunks no wire took when it closes go back,
+    queued with no attempt counted, and nothing is handed over after it."""
+    from growth.sending.worker import Worker
+
+    settings.SENDER_HANDOFF_CHUNK = 2
+    campaign = sending_campaign(20, leases=leases)
+    now = timezone.now().astimezone(dt.UTC)
+    ends = now + dt.timedelta(seconds=3)
+    Account.objects.filter(id=campaign.account_id).update(time_zone="UTC")
+    Campaign.objects.filter(id=campaign.id).update(
+        window_starts=(now - dt.timedelta(hours=1)).time(), window_ends=ends.time())
+    Worker(worker_id="w", transport=SlowRelay(0.5), batch_size=20, once=True).run()
+
+    rows = Send.objects.filter(campaign=campaign)
+    sent = rows.filter(status="sent")
+    assert 0 < sent.count() < 20
+    assert all(row.handed_over_at < ends for row in sent)
+    assert set(rows.exclude(status="sent").values_list("status", "attempts", "handed_over_at")) \
+        == {("queued", 0, None)}
 
 
 @pytest.mark.django_db

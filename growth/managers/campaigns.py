@@ -56,6 +56,11 @@ class Sending(FromRow):
         return pacing.window_opens_in(starts=self.window_starts, ends=self.window_ends,
                                       time_zone=self.time_zone, now=self.now)
 
+    def window_closes_in(self) -> float | None:
+        """Seconds its open sending window has left (None: no window, or it is closed)."""
+        return pacing.window_closes_in(starts=self.window_starts, ends=self.window_ends,
+                                       time_zone=self.time_zone, now=self.now)
+
     def zone_name(self) -> str:
         """Its tenant's time zone as the database may be given it (UTC if it is no zone)."""
         return pacing.zone(self.time_zone).key

@@ -4,6 +4,7 @@ logged and counted once it has landed), and its pieces on the connections."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -82,6 +83,8 @@ class Batch:
     # when the claim's lease runs out, on the worker's monotonic clock: from just before the
     # claim was asked, so never later than the database's end of it
     lease_ends: float = field(kw_only=True)
+    # when its campaign's sending window closes, on the same clock (inf: no window)
+    window_ends: float = field(kw_only=True, default=math.inf)
     # each row's attempt as claimed: with the worker id, what makes a row still ours
     attempts: dict[int, int] = field(init=False)
     destinations: dict[int, int | None] = field(init=False)  # each row's mailbox provider
@@ -109,6 +112,9 @@ class Batch:
 
     def within_lease(self) -> bool:
         return time.monotonic() < self.lease_ends
+
+    def window_open(self) -> bool:
+        return time.monotonic() < self.window_ends
 
     @property
     def to_send(self) -> list[Claimed]:

@@ -40,6 +40,7 @@ chunks are leases of their own, each handed over, sent and settled as a row chun
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import random
@@ -302,6 +303,7 @@ class Worker:
         starving another's.
         """
         self._rate_wait = None
+        looked = time.monotonic()  # no later than the database's now that `sending` carries
         sending = Campaign.objects.sending()
         self._console.sending([campaign.campaign_id for campaign in sending])
         for campaign in self._in_turn(sending):
@@ -332,10 +334,12 @@ class Worker:
                                       "worker_id": self.worker_id})
             self._last_campaign_id = campaign.campaign_id
             self._drop_stale_renderer(campaign)
+            closes_in = campaign.window_closes_in()
             return Batch(campaign.campaign_id, claim.rows, full=claim.full,
                          tally=Tally(campaign.campaign_id, claimed=len(claim.rows), to_send=going,
                                      forgotten=forgotten),
-                         leases=claim.leases, lease_ends=asked + self.lease)
+                         leases=claim.leases, lease_ends=asked + self.lease,
+                         window_ends=math.inf if closes_in is None else looked + closes_in)
         return None
 
     def _deliver(self, batch: Batch) -> Delivering:
@@ -402,7 +406,8 @@ class Worker:
         def take_pieces(transport: BaseTransport) -> None:
             answered: list = []  # settled with the next hand-over
             try:
-                while not (broken.is_set() or batch.refused.is_set() or self._stop.is_set()):
+                while not (broken.is_set() or batch.refused.is_set() or self._stop.is_set()
+                           or not batch.window_open()):
                     try:
                         piece = waiting.get_nowait()
                     except queue.Empty:
@@ -553,9 +558,11 @@ class Worker:
         elif failed is not None:
             wait([wire for later in self._in_flight for wire in later.wires])
             self._contain(batch, failed)
-        elif (batch.refused.is_set() or self._stop.is_set()) and not self.idempotent:
-            # its settle paused the campaign, or the worker is stopping: the pieces no wire took
-            # go back (an idempotent receiver's batch went on the wires whole)
+        elif ((batch.refused.is_set() or self._stop.is_set() or not batch.window_open())
+              and not self.idempotent):
+            # its settle paused the campaign, the worker is stopping, or the campaign's sending
+            # window closed: the pieces no wire took go back (an idempotent receiver's batch
+            # went on the wires whole)
             self._give_back(batch)
         self._report(batch)
 
