@@ -392,6 +392,8 @@ class SendProtocol(RuleBasedStateMachine):
 
     # Not while a worker holds rows on their way to the wire: a claim's attempt goes out within
     # its lease, which the claim relies on to judge whether the receiver will still remember.
+    # The worker keeps to it (Batch.within_lease before each chunk, whose own test is
+    # tests/test_forgotten_keys.py); this machine's sends are not the worker's loop.
     @precondition(lambda self: self.idempotent and self.built_at is not None
                   and not any(state.delivering for state in self.workers.values()))
     @rule()
