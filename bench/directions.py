@@ -93,9 +93,10 @@ PLAN_FIX = "SET LOCAL enable_nestloop = off;\n"  # the settle's join: a hash, ne
 HOT_COLUMNS = ["status", "attempts", "lease_expires_at", "handed_over_at", "claimed_by",
                "next_attempt_at", "provider_message_id", "last_error", "sent_at", "updated_at",
                "first_attempt_at"]
-# not written by a claim or a settle, but read with the state by the reputation figures' partial
-# indexes (migrations 0016-0018), which the split shapes put on dir_state
-STATE_FLAGS = ["bounce_reported", "complaint_reported"]
+# not written by a claim or a settle, but read with the state by partial indexes (the reputation
+# figures', migrations 0016-0018; send_queued_doubt_kept, 0029), which the split shapes put on
+# dir_state
+STATE_FLAGS = ["bounce_reported", "complaint_reported", "in_doubt_since"]
 TABLES = ["dir_state", "dir_wide", "dir_sends", "dir_leases", "dir_cursors"]
 NO_NESTLOOP = "engine, enable_nestloop off"
 ON_LEASES = "engine on leases"  # SENDER_PROTOCOL=leases: its campaign claimed through leases.sql

@@ -409,6 +409,11 @@ class Send(models.Model):
     # Set, in its own commit, just before this attempt's message is handed to the transport:
     # a row whose lease expired without it was never sent and can safely be queued again.
     handed_over_at = models.DateTimeField(null=True, blank=True)
+    # When the row went into doubt, if an operator has queued it again since (retry_unknown, which
+    # clears handed_over_at so that the claim sends it under its key, as the operator chose):
+    # until a verdict settles the row, that attempt's message may have arrived (sends.sql,
+    # _in_doubt). Not read once the row is sent.
+    in_doubt_since = models.DateTimeField(null=True, blank=True)
     claimed_by = models.CharField(max_length=200, db_default="", blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     provider_message_id = models.CharField(max_length=255, db_default="", blank=True)
@@ -478,10 +483,12 @@ class Send(models.Model):
             models.Index("campaign", "destination_id", "next_attempt_at",
                          name="send_due_by_destination", condition=Q(next_attempt_at__isnull=False)),
             # queued again though its message may have arrived (handed over before its worker
-            # was lost): the few rows a cancel makes 'unknown', counted for its confirmation
-            # without walking the campaign's queued rows
-            models.Index("campaign", name="send_queued_in_doubt",
-                         condition=Q(status="queued", handed_over_at__isnull=False)),
+            # was lost, or retried by an operator: sends.sql, _doubt_kept): the few rows a cancel
+            # makes 'unknown', counted for its confirmation without walking the campaign's
+            # queued rows
+            models.Index("campaign", name="send_queued_doubt_kept",
+                         condition=Q(status="queued")
+                         & (Q(handed_over_at__isnull=False) | Q(in_doubt_since__isnull=False))),
             # Not declared here, as their predicates call growth_hard_refusal(): the reputation
             # figures' partial indexes send_hard_refused (migration 0016), send_bounced_unsent
             # and send_complained_unsent (0018), see growth/managers/reputation.sql.

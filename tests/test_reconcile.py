@@ -533,7 +533,7 @@ def test_a_refusal_settles_a_send_in_doubt_failed_with_the_mta_response(mailed):
 @pytest.mark.django_db
 @pytest.mark.parametrize("status", ["queued", "sent", "failed"])
 def test_events_about_a_send_not_in_doubt_settle_nothing(mailed, status):
-    Send.objects.filter(id=mailed.send.id).update(status=status)
+    Send.objects.filter(id=mailed.send.id).update(status=status, handed_over_at=None)
 
     Postmark.post(Client(), delivery(Postmark, "lost@example.com", mailed.metadata()))
     Postmark.post(Client(), Postmark.hard_bounce("lost@example.com", mailed.metadata()))
@@ -541,6 +541,20 @@ def test_events_about_a_send_not_in_doubt_settle_nothing(mailed, status):
     assert status_of(mailed) == status
     assert not SendVerdict.objects.exists()
     assert FeedbackEvent.objects.get().event_type == "bounced"  # the bounce is feedback as before
+
+
+@pytest.mark.django_db
+def test_a_delivery_settles_a_send_queued_again_in_doubt_sent_but_a_bounce_leaves_it_to_go(mailed):
+    """Queued again under its key with its hand-over kept (its worker was lost): a bounce says
+    nothing of whether it should go (its suppression stops it at the claim); a delivery says it
+    arrived, and it does not go again."""
+    Send.objects.filter(id=mailed.send.id).update(status="queued")
+
+    Postmark.post(Client(), Postmark.hard_bounce("lost@example.com", mailed.metadata()))
+    assert status_of(mailed) == "queued" and not SendVerdict.objects.exists()
+    Postmark.post(Client(), delivery(Postmark, "lost@example.com", mailed.metadata()))
+    assert status_of(mailed) == "sent"
+    assert SendVerdict.objects.get().decided_by == f"esp:{Postmark.name}"
 
 
 @pytest.mark.django_db

@@ -13,7 +13,9 @@ and dropped. Either way anymail answers 200 and the ESP does not post it again.
 
 An event about a send in doubt ('unknown': its worker died after handing it over) also settles
 it, with the event as evidence (``growth.reconcile.esp``): a delivery or the ESP's acceptance
-'sent', a bounce or a refusal 'failed'. Deliveries about any other send are ignored, as before.
+'sent', a bounce or a refusal 'failed'; a delivery also settles 'sent' a send queued again while
+in doubt (an operator's retry), which would otherwise go out twice. Deliveries about any other
+send are ignored, as before.
 
 Bounces that come back by mail (``growth.bounces``, ESP name ``mailbox``) take this same path.
 Their soft bounces are also counted: the BOUNCE_SOFT_LIMIT-th send to an address that bounced

@@ -23,7 +23,9 @@ class Cancelled:
     """What a cancel made of the campaign's queued rows."""
 
     dropped: int  # cancelled: they will never get it
-    in_doubt: int  # 'unknown': handed over before their worker was lost, so they may have it
+    # 'unknown': handed over before their worker was lost, or retried by an operator while in
+    # doubt, so they may have it
+    in_doubt: int
 
     def __str__(self) -> str:
         doubt = f"; {self.in_doubt:,} in doubt, now unknown" if self.in_doubt else ""

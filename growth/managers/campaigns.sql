@@ -74,11 +74,11 @@ SELECT id FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE;
 -- for the rows on the wire, which their settle writes: 'sending' rows, and the rows of the lease
 -- protocol's live leases (its rows in flight are 'queued'). A free lease (given back, or freed by
 -- recovery) ends, its rows cancelled with the rest, the ones due again included (their next
--- attempt cleared with them). A queued row whose message may have arrived (handed over before
--- its worker was lost, to be retried under the same key: sends._in_doubt, or a free lease taken
--- over after a hand-over) becomes 'unknown', as recovery writes it in a cancelled campaign:
--- cancelled, it would read as never reached, and a follow-up would send it again under its own
--- key. Run after lock_campaign and lock_cursor. %(expected)s: only from that status (NULL: from
+-- attempt cleared with them). A queued row whose message may have arrived (to be retried under
+-- the same key after its worker was lost or by an operator's retry: sends._doubt_kept; or in a
+-- free lease taken over after a hand-over) becomes 'unknown', as recovery writes it in a
+-- cancelled campaign: cancelled, it would read as never reached, and a follow-up would send it
+-- again under its own key. Run after lock_campaign and lock_cursor. %(expected)s: only from that status (NULL: from
 -- any unfinished one). dropped: rows cancelled; in_doubt: rows made 'unknown'.
 WITH cancelled AS (
     UPDATE growth_campaigns
@@ -99,10 +99,10 @@ WITH cancelled AS (
      WHERE campaign_id = (SELECT id FROM cancelled) AND worker_id IS NOT NULL
 ), dropped AS (
     UPDATE growth_sends s
-       SET status = CASE WHEN s.handed_over_at IS NOT NULL OR s.id IN (SELECT id FROM doubted)
+       SET status = CASE WHEN {{ sends._doubt_kept }} OR s.id IN (SELECT id FROM doubted)
                          THEN 'unknown' ELSE 'cancelled' END,
-           last_error = CASE WHEN s.handed_over_at IS NOT NULL OR s.id IN (SELECT id FROM doubted)
-                             THEN 'cancelled while in doubt: handed over before its worker was lost'
+           last_error = CASE WHEN {{ sends._doubt_kept }} OR s.id IN (SELECT id FROM doubted)
+                             THEN 'cancelled while in doubt: an earlier attempt may have arrived'
                              ELSE s.last_error END,
            next_attempt_at = NULL, updated_at = now()
       FROM cancelled c
@@ -116,13 +116,13 @@ SELECT c.id, (SELECT count(*) FROM dropped WHERE status = 'cancelled') AS droppe
   FROM cancelled c;
 
 -- queued_in_doubt --
--- The queued rows a cancel would make 'unknown' (see cancel): through send_queued_in_doubt, less
--- those of live leases, which their settle writes; and the rows of free leases taken over after
--- a hand-over.
+-- The queued rows a cancel would make 'unknown' (see cancel): through send_queued_doubt_kept,
+-- less those of live leases, which their settle writes; and the rows of free leases taken over
+-- after a hand-over.
 SELECT (SELECT count(*)
           FROM growth_sends s
          WHERE s.campaign_id = %(campaign_id)s
-           AND s.status = 'queued' AND s.handed_over_at IS NOT NULL
+           AND s.status = 'queued' AND {{ sends._doubt_kept }}
            AND s.id NOT IN (SELECT unnest(send_ids) FROM growth_send_leases
                              WHERE campaign_id = %(campaign_id)s AND worker_id IS NOT NULL))
        + (SELECT coalesce(sum(cardinality(send_ids)), 0)

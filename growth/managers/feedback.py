@@ -20,7 +20,7 @@ class SendRecord(FromRow):
     account_id: int
     campaign_id: int
     email_lower: str
-    status: str  # as the event found it: only an 'unknown' send is settled by one
+    status: str  # as the event found it: only a send in doubt is settled by one
 
 
 @dataclass(frozen=True, slots=True)

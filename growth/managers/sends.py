@@ -102,7 +102,7 @@ class ResendAudience(FromRow):
     """Who a follow-up of a campaign would take, counted without building it."""
 
     # status in the original -> rows a follow-up would take; 'in_doubt': unknown, or queued
-    # again after a lost worker (taken only if asked)
+    # again after a lost worker or an operator's retry (taken only if asked)
     takeable: dict[str, int]
     # not sent, but opted out or no longer confirmed, or at an address (its subscriber's now)
     # that the chain has mailed or is to mail: never taken

@@ -69,13 +69,23 @@ SELECT pg_advisory_xact_lock(hashtextextended('growth_sends.resend:' || %(root_i
 
 -- _in_doubt --
 -- A row s of a campaign whose message may have arrived although the row does not say 'sent':
--- unknown, or queued or cancelled with an earlier attempt's hand-over kept. Every writer keeps a
+-- unknown, or queued or cancelled with an earlier attempt's doubt kept (_doubt_kept), or failed
+-- after an operator's retry of it in doubt (the retry's failure says nothing of the attempt that
+-- went into doubt; a verdict of "not delivered" clears in_doubt_since). Every writer keeps a
 -- hand-over on a row it queues again or cancels only while an earlier attempt's message may have
 -- arrived: a cancel that found it queued writes 'unknown', but a retry of it on the wire when
 -- its campaign was cancelled, answered "not delivered" (transient, throttled, refused), ends
 -- 'cancelled' with it, and so does a lease never handed over, recovered or given back there.
 (s.status = 'unknown'
- OR (s.status IN ('queued', 'cancelled') AND s.handed_over_at IS NOT NULL))
+ OR (s.status IN ('queued', 'cancelled') AND {{ _doubt_kept }})
+ OR (s.status = 'failed' AND s.in_doubt_since IS NOT NULL))
+
+-- _doubt_kept --
+-- Row s keeps the mark of an earlier attempt whose message may have arrived: that attempt's
+-- hand-over (handed_over_at), or an operator's retry of the row in doubt (in_doubt_since:
+-- retry_unknown clears the hand-over so that the claim sends the row again under its key, as the
+-- operator chose, instead of judging the receiver's memory of that key by it, _forgotten_before).
+(s.handed_over_at IS NOT NULL OR s.in_doubt_since IS NOT NULL)
 
 -- _leased_in_original --
 -- The rows of the campaign resent (original_id) in a lease of the lease protocol that keeps its
@@ -91,8 +101,8 @@ SELECT unnest(l.send_ids) AS id
 -- The columns of a row s of the campaign resent as a follow-up judges it: at the address its
 -- subscriber sub has now (an operator may have corrected it since the row was built: the typo
 -- that failed is not mailed again).
-s.id, s.campaign_id, s.account_id, s.subscriber_id, s.status, s.handed_over_at, s.resent_in_id,
-sub.email, sub.email_lower, sub.created_at
+s.id, s.campaign_id, s.account_id, s.subscriber_id, s.status, s.handed_over_at, s.in_doubt_since,
+s.resent_in_id, sub.email, sub.email_lower, sub.created_at
 
 -- _resendable --
 -- A row s of the campaign resent that a follow-up takes if it is _mailable_now: no follow-up has
@@ -116,9 +126,10 @@ sub.email, sub.email_lower, sub.created_at
 -- one statement that also marks them taken (resent_in) in the original: the rows _resendable
 -- and _mailable_now, those in doubt only if the operator chose to (their message may have
 -- arrived: the risk of a duplicate was accepted). In doubt (_in_doubt): unknown, or queued again
--- (or cancelled) after its worker's lease ran out while the message was handed over (an idempotent receiver would absorb
--- the original's retry, which carries the same key; the follow-up's carries another, and a
--- stalled worker may still deliver).
+-- (or cancelled) after its worker's lease ran out while the message was handed over, or after an
+-- operator's retry of it in doubt (an idempotent receiver would absorb the original's retry,
+-- which carries the same key; the follow-up's carries another, and a stalled worker may still
+-- deliver).
 -- Never a sent row, never one on the wire ('sending', or in a lease of the lease protocol that
 -- keeps its rows, leases._keeps_its_rows: they go, or go again, with the original; a free lease
 -- never handed over, which a paused campaign's worker gave back or lost, holds rows nothing
@@ -169,11 +180,11 @@ ON CONFLICT DO NOTHING;
 -- _reached_in_chain --
 -- Whether the address a row s of the campaign resent (s.campaign_id) would be retried at,
 -- s.email_lower (its subscriber's current one), is one that another row x of the chain (_chain)
--- has mailed, may have mailed or is to mail: sent, on the wire, in doubt, or queued where it
--- will go: in another campaign of the chain; in the campaign resent if handed over, or if it is
--- not taken with s: not among the statement's `candidates` (in a lease, or claimed by a worker
--- of the original after the statement's snapshot was taken), or its subscriber no longer
--- confirmed, or no longer at that address; it stays queued there, to go if the campaign is
+-- has mailed, may have mailed or is to mail: sent, on the wire, in doubt (_in_doubt, of x), or
+-- queued where it will go: in another campaign of the chain; in the campaign resent if in doubt
+-- (_doubt_kept, of x), or if it is not taken with s: not among the statement's `candidates` (in
+-- a lease, or claimed by a worker of the original after the statement's snapshot was taken), or
+-- its subscriber no longer confirmed, or no longer at that address; it stays queued there, to go if the campaign is
 -- resumed. A row a follow-up took (resent_in) is not: its follow-up's row stands for it.
 -- Probed for every row, its address edited or not: a follow-up may have mailed an address for
 -- a subscriber corrected to it while the row of the address's own subscriber was blocked.
@@ -184,10 +195,13 @@ EXISTS (SELECT 1
            AND x.id <> s.id
            AND x.resent_in_id IS NULL
            AND (x.status IN ('sent', 'sending', 'unknown')
-                OR (x.status = 'cancelled' AND x.handed_over_at IS NOT NULL)
+                OR (x.status = 'cancelled'
+                    AND (x.handed_over_at IS NOT NULL OR x.in_doubt_since IS NOT NULL))
+                OR (x.status = 'failed' AND x.in_doubt_since IS NOT NULL)
                 OR (x.status = 'queued'
                     AND (x.campaign_id <> s.campaign_id
                          OR x.handed_over_at IS NOT NULL
+                         OR x.in_doubt_since IS NOT NULL
                          OR x.id NOT IN (SELECT id FROM candidates)
                          OR NOT EXISTS (SELECT 1
                                           FROM growth_subscribers xs
@@ -687,11 +701,16 @@ SELECT c.id
 -- campaign stay unknown: nothing would ever send them. claimed_by (and the attempt) stay: they
 -- name the claim whose message went into doubt, and its late settle, if it says 'sent' before
 -- a claim takes the row again, still records it (settle; leases.sql, settle), instead of the
--- row going out a second time.
+-- row going out a second time. The hand-over goes (the claim would judge the receiver's memory
+-- of the key by it, and make the row 'unknown' again instead of sending it), but not the doubt:
+-- in_doubt_since keeps when the row went into doubt (its hand-over, or when it became
+-- 'unknown', the lease protocol's recovery writing none), so that a cancel, or a retry answered
+-- "not delivered" or failed, leaves it in doubt (_in_doubt), not reading as never reached.
 WITH requeued AS (
     UPDATE growth_sends s
        SET status = 'queued', next_attempt_at = now(), lease_expires_at = NULL,
            handed_over_at = NULL, updated_at = now(),
+           in_doubt_since = coalesce(s.in_doubt_since, s.handed_over_at, s.updated_at),
            last_error = 'requeued by an operator after: ' || s.last_error
       FROM growth_campaigns c
      WHERE s.id = ANY(%(ids)s)
@@ -723,11 +742,11 @@ SELECT c.id AS campaign_id, c.name AS campaign_name, s.status, s.sent_at, s.upda
 -- resend_audience --
 -- What a follow-up of this campaign (original_id) would take, counted without building it, in
 -- one row: the rows not sent, judged through the fragments take_from_original applies, at each
--- subscriber's address now: taken by the follow-up (`takeable`, by status; 'in_doubt': unknown,
--- or queued again or cancelled after a lost worker, taken only if asked), blocked (suppressed, or
--- not _mailable_now), taken by an earlier follow-up, or on the wire ('sending', or a row of a
--- lease that keeps its rows). Then the rows its build would create, one per address as its INSERTs make them: the
--- addresses of the rows taken, without and with those in doubt, and the new subscribers' whose
+-- subscriber's address now: taken by the follow-up (`takeable`, by status; 'in_doubt':
+-- _in_doubt, taken only if asked), blocked (suppressed, or not _mailable_now), taken by an
+-- earlier follow-up, or on the wire ('sending', or a row of a lease that keeps its rows). Then
+-- the rows its build would create, one per address as its INSERTs make them: the addresses of
+-- the rows taken, without and with those in doubt, and the new subscribers' whose
 -- address none of those has (build_new_subscribers runs after take_from_original, and finds the
 -- rows it added in the chain). Served by (campaign_id, status, sent_at).
 -- Without JIT: compiling its per-row checks took eight times as long as running them (20,000

@@ -26,16 +26,18 @@ class VerdictManager(models.Manager):
     """Decisions about sends in doubt, each written with the status change it records (see
     verdicts.sql)."""
 
-    def settle_unknown(self, evidence: Mapping[int, str], *, verdict: str,
-                       decided_by: str) -> list[int]:
+    def settle_unknown(self, evidence: Mapping[int, str], *, verdict: str, decided_by: str,
+                       queued_again: bool = False) -> list[int]:
         """Move the given rows that are still 'unknown' to ``verdict`` ('sent' or 'failed'),
-        recording for each the evidence given for it; return the ids moved."""
+        recording for each the evidence given for it; return the ids moved. ``queued_again``:
+        evidence that the message arrived also settles a row queued again while in doubt (an
+        operator's retry, or a lost worker's row under its key), which would go out twice."""
         if verdict not in SETTLED:
             raise ValueError(f"a send in doubt is settled 'sent' or 'failed', not {verdict!r}")
         if not evidence:
             return []
         return QUERIES.column("settle_unknown", ids=list(evidence), evidence=list(evidence.values()),
-                              verdict=verdict, decided_by=decided_by)
+                              verdict=verdict, decided_by=decided_by, queued_again=queued_again)
 
     def record(self, evidence: Mapping[int, str], *, verdict: str, decided_by: str) -> list[int]:
         """Record verdicts on these rows without changing them: for a status change made by

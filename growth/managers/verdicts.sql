@@ -2,13 +2,14 @@
 -- same statement as its growth_send_verdicts row: neither ever exists without the other.
 
 -- settle_unknown --
--- unknown -> sent | failed, on evidence (one text per send). Only rows still 'unknown' move
--- (compare-and-set): of two settles of one row (two reconcilers, an ESP event and an operator)
--- the first wins, the other changes nothing and records nothing. The rows are locked in id order
--- first, so that two settles of overlapping rows wait for each other instead of deadlocking; the
--- lock re-checks 'unknown' on a row another settle just committed, and skips it.
+-- unknown -> sent | failed, on evidence (one text per send). Only rows still in doubt move
+-- (_settled_by_evidence, a compare-and-set): of two settles of one row (two reconcilers, an ESP
+-- event and an operator) the first wins, the other changes nothing and records nothing. The rows
+-- are locked in id order first, so that two settles of overlapping rows wait for each other
+-- instead of deadlocking; the lock re-checks the row another settle just committed, and skips it.
 -- A 'sent' row gets sent_at now(), as an operator's mark_delivered gives it (the evidence has the
--- relay's own time).
+-- relay's own time). The doubt is over: in_doubt_since goes, and a row queued again is no longer
+-- due.
 WITH given AS (
     SELECT g.id, g.evidence
       FROM unnest(%(ids)s::bigint[], %(evidence)s::text[]) AS g(id, evidence)
@@ -16,26 +17,39 @@ WITH given AS (
     SELECT s.id
       FROM growth_sends s
      WHERE s.id IN (SELECT id FROM given)
-       AND s.status = 'unknown'
+       AND {{ _settled_by_evidence }}
      ORDER BY s.id
        FOR NO KEY UPDATE
 ), moved AS (
     UPDATE growth_sends s
        SET status = %(verdict)s::text,
            sent_at = CASE WHEN %(verdict)s::text = 'sent' THEN now() ELSE s.sent_at END,
-           lease_expires_at = NULL, updated_at = now(),
+           lease_expires_at = NULL, next_attempt_at = NULL, in_doubt_since = NULL,
+           updated_at = now(),
            last_error = 'marked ' || %(verdict)s::text || ' by ' || %(decided_by)s::text
                         || ' after: ' || s.last_error
       FROM given g
      WHERE s.id = g.id
        AND s.id IN (SELECT id FROM locked)
-       AND s.status = 'unknown'
+       AND {{ _settled_by_evidence }}
     RETURNING s.id, g.evidence
 )
 INSERT INTO growth_send_verdicts (send_id, verdict, decided_by, evidence, decided_at)
 SELECT m.id, %(verdict)s::text, %(decided_by)s::text, m.evidence, now()
   FROM moved m
 RETURNING send_id;
+
+-- _settled_by_evidence --
+-- A row s that evidence about its message settles as %(verdict)s: 'unknown'; and, if the caller
+-- says so (queued_again: an ESP's event, which names the message by its key) and the message
+-- arrived ('sent'), a row queued again in doubt (sends._doubt_kept: by an operator's retry, or
+-- after its worker was lost) that no claim holds on the wire ('sending'): sent again, it would
+-- arrive twice. A row of the lease protocol in a live lease is 'queued' too; its settle then
+-- finds it moved on and leaves it. Evidence that the message did not arrive leaves a row queued
+-- again to go.
+(s.status = 'unknown'
+ OR (%(queued_again)s AND %(verdict)s::text = 'sent'
+     AND s.status = 'queued' AND {{ sends._doubt_kept }}))
 
 -- record --
 -- The verdicts of status changes that another statement of the caller's transaction made (a
