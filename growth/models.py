@@ -626,10 +626,10 @@ class RateLimit(models.Model):
     a whole transport, a destination (a mailbox provider), or a tenant's mail to a destination.
 
     ``per_second`` is what the operator configured (empty: no configured limit, only what
-    throttling taught); ``throttled_to`` the rate a receiver's deferrals lowered it to, which
-    grows back while answers are good. ``max_in_flight`` caps a destination's messages on the
-    wire at once. ``per_day`` turns the bucket into a calendar-day quota in the tenant's time
-    zone (the warm-up schedule's).
+    throttling taught), ``version`` the version of that configuration; ``throttled_to`` the
+    rate a receiver's deferrals lowered it to, which grows back while answers are good.
+    ``max_in_flight`` caps a destination's messages on the wire at once. ``per_day`` turns the
+    bucket into a calendar-day quota in the tenant's time zone (the warm-up schedule's).
     """
 
     account = models.ForeignKey(Account, null=True, blank=True, on_delete=models.CASCADE,
@@ -658,6 +658,9 @@ class RateLimit(models.Model):
     adjusted_at = models.DateTimeField(null=True, blank=True, editable=False)
     tokens = models.FloatField(db_default=0, editable=False)
     refilled_at = models.DateTimeField(db_default=Now(), editable=False)
+    # counts the changes of what an operator configures (the form's fields), not the engine's
+    # writes (tokens, throttling): an edit saves only onto the version its form was loaded from
+    version = models.PositiveIntegerField(db_default=1, editable=False)
 
     objects = RateLimitManager()
 

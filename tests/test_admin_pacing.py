@@ -156,7 +156,8 @@ def test_the_history_reads_a_bounded_number_of_rows(client, superuser, google, d
 def test_an_edited_rate_leaves_a_change_in_its_history_and_the_admins_log(client, superuser, tenant):
     limit = RateLimit.objects.create(account=tenant, per_second=10, burst=20)
 
-    response = client.post(limit_url(limit), limit_form(account=tenant.pk, per_second="5", burst="20"))
+    response = client.post(limit_url(limit), limit_form(account=tenant.pk, per_second="5", burst="20",
+                                                          seen_version=limit.version))
 
     assert response.status_code == 302, response.content.decode()[-2000:]
     limit.refresh_from_db()
@@ -172,7 +173,8 @@ def test_a_save_without_a_new_rate_records_no_change_and_leaves_the_workers_fiel
                                                                                  google):
     limit = RateLimit.objects.create(destination=google, per_second=10, throttled_to=3)
     RateLimit.objects.filter(pk=limit.pk).update(tokens=7)
-    form = limit_form(destination=google.pk, per_second="10", burst="20", max_in_flight="4")
+    form = limit_form(destination=google.pk, per_second="10", burst="20", max_in_flight="4",
+                      seen_version=limit.version)
     assert client.post(limit_url(limit), form).status_code == 302
     limit.refresh_from_db()
     assert (limit.max_in_flight, limit.throttled_to, limit.tokens) == (4, 3, 7)
@@ -182,7 +184,8 @@ def test_a_save_without_a_new_rate_records_no_change_and_leaves_the_workers_fiel
 @pytest.mark.django_db
 def test_a_configured_rate_of_a_throttled_bucket_records_the_effective_one(client, superuser, google):
     limit = RateLimit.objects.create(destination=google, per_second=10, throttled_to=3)
-    client.post(limit_url(limit), limit_form(destination=google.pk, per_second="20"))
+    client.post(limit_url(limit), limit_form(destination=google.pk, per_second="20",
+                                             seen_version=limit.version))
     recorded = RateLimitChange.objects.get(rate_limit=limit)
     assert recorded.per_second == 3 and recorded.reason.startswith("configured by olga: 20/s")
 

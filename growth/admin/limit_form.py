@@ -1,11 +1,15 @@
 """The rate limit form: one of the scopes the table allows, something to limit, one bucket per
-scope, each refusal said in words (the database's constraints would say only their names)."""
+scope, each refusal said in words (the database's constraints would say only their names); and
+the version of the limit it was loaded from, for the save's compare-and-set (a form older than
+the limit is refused, not saved over another operator's edit)."""
 
 from __future__ import annotations
 
 from django import forms
 from django.db import IntegrityError
 
+from growth.admin.charts import clock
+from growth.admin.limit_history import configuration_text, last_edit
 from growth.models import RateLimit
 
 SCOPES = ("a tenant, a provider, a tenant's mail to a provider, or a whole transport")
@@ -26,18 +30,46 @@ class LimitRefused(Exception):
     """The database refused the save (another operator's bucket got there first)."""
 
 
+class LimitChanged(Exception):
+    """The limit's configuration changed between the form's validation and its save."""
+
+
 def refusal(exc: IntegrityError) -> str:
     name = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
     return REFUSALS.get(name, f"The limit was refused: {exc}")
 
 
+def changed_since(limit: RateLimit) -> str:
+    """What an operator whose form is older than ``limit`` is told: who last saved it and when
+    (as its History records), and what it is now."""
+    edit = last_edit(limit)
+    by = ("" if edit is None else f" (the last edit in its History: "
+          f"{edit.user.get_username()}, {clock(edit.action_time, '%Y-%m-%d %H:%M:%S')})")
+    return (f"Someone changed this limit since you opened it{by}: it is now "
+            f"{configuration_text(limit)}. Nothing was saved: reload the page to edit the limit "
+            "as it is now.")
+
+
 class RateLimitForm(forms.ModelForm):
+    # The version of the limit the form was loaded from: the save is a compare-and-set on it.
+    seen_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
     class Meta:
         model = RateLimit
         fields = ["account", "destination", "transport", "per_second", "burst", "max_in_flight"]
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["seen_version"].initial = self.instance.version
+
     def clean(self):
         cleaned = super().clean()
+        # the instance is the row as this request read it: an edit saved since the form was
+        # loaded is refused here, and one saved after this check by the save's compare-and-set
+        if self.instance.pk and cleaned.get("seen_version") != self.instance.version:
+            self.add_error(None, changed_since(self.instance))
+            return cleaned
         if any(self.has_error(name) for name in ("account", "destination", "transport")):
             return cleaned
         account, destination = cleaned.get("account"), cleaned.get("destination")

@@ -1,11 +1,14 @@
 """A bucket's effective rate over time, from its RateLimitChange rows: a step chart of the last
 hours and its latest changes with their reasons. Three small statements, each bounded, on the
-(rate_limit, changed_at) index."""
+(rate_limit, changed_at) index. And its configuration in words, with the last edit its History
+(the admin's log) records: what a refused edit is told."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
 from django.utils.html import format_html, format_html_join
 
 from growth.admin.charts import BASE, PLOT, WIDTH, clock, frame
@@ -18,6 +21,20 @@ TABLE_ROWS = 50
 
 def rate_text(rate: float | None) -> str:
     return "no rate" if rate is None else f"{rate:g}/s"
+
+
+def configuration_text(limit: RateLimit) -> str:
+    """ "5/s, burst 20, at most 4 on the wire": what an operator configures of a bucket."""
+    cap = ("no cap on the wire" if limit.max_in_flight is None
+           else f"at most {limit.max_in_flight:,} on the wire")
+    return f"{rate_text(limit.per_second)}, burst {limit.burst:g}, {cap}"
+
+
+def last_edit(limit: RateLimit) -> LogEntry | None:
+    """The newest entry of the bucket's History: who saved it last in the admin, and when."""
+    return (LogEntry.objects.filter(content_type=ContentType.objects.get_for_model(RateLimit),
+                                    object_id=str(limit.pk))
+            .select_related("user").order_by("-action_time", "-id").first())
 
 
 def history(limit: RateLimit, *, now: datetime) -> dict:

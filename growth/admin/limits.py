@@ -4,7 +4,9 @@ history of its rate.
 
 A tenant's members see its buckets, read only; the platform's operators (superusers) configure
 them: a limit guards the sending reputation every tenant shares. A warm-up quota is the engine's,
-set from the account's schedule: shown, never edited here."""
+set from the account's schedule: shown, never edited here. An edit saves onto the version of the
+limit its form was loaded from, or is refused with what the limit is now: two operators' saves
+never write over one another (the workers' writes, tokens and throttling, are no new version)."""
 
 from __future__ import annotations
 
@@ -15,14 +17,13 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from growth.admin.charts import clock
-from growth.admin.limit_form import SCOPES, LimitRefused, RateLimitForm, refusal
+from growth.admin.limit_form import SCOPES, LimitChanged, LimitRefused, RateLimitForm, refusal
 from growth.admin.limit_history import history, rate_text
 from growth.admin.scoping import TenantScopedAdmin
 from growth.admin.widgets import TolerantAutocomplete
 from growth.models import RateLimit, RateLimitChange
 
 RECENT = 10  # seconds over which "now" is measured
-FORM_FIELDS = RateLimitForm._meta.fields
 
 
 def scope_of(limit: RateLimit) -> str:
@@ -78,11 +79,16 @@ class RateLimitAdmin(TolerantAutocomplete, TenantScopedAdmin):
             ("Applies to", {"fields": ["account", "destination", "transport"],
                             "description": f"One of: {SCOPES}. A provider is a mailbox "
                                            "provider (see Destinations)."}),
-            ("Limits", {"fields": ["per_second", "burst", "max_in_flight"]}),
+            ("Limits", {"fields": ["per_second", "burst", "max_in_flight",
+                                   *(["seen_version"] if self._editing(request, obj) else [])]}),
         ]
         if obj is not None:
             fieldsets.append(("Now", {"fields": ["effective_now", "warmup_quota", "adjusted_at"]}))
         return fieldsets
+
+    def _editing(self, request, obj) -> bool:
+        """A limit's own page that saves: its form carries the version it was loaded from."""
+        return obj is not None and self.has_change_permission(request, obj)
 
     def get_readonly_fields(self, request, obj=None):
         return ["effective_now", "warmup_quota", "adjusted_at"]
@@ -150,21 +156,42 @@ class RateLimitAdmin(TolerantAutocomplete, TenantScopedAdmin):
     def save_model(self, request, obj, form, change):
         try:
             with transaction.atomic():
-                # only the form's fields: tokens and throttling are the workers' to write
-                obj.save(update_fields=FORM_FIELDS) if change else obj.save()
+                if change:
+                    self._configure(obj, version=form.cleaned_data["seen_version"])
+                else:
+                    obj.save()
         except IntegrityError as exc:
             raise LimitRefused(refusal(exc)) from exc
         if "per_second" in form.changed_data:
-            obj.refresh_from_db(fields=["throttled_to"])
+            # the form's initial value: the row this request read, unchanged since (the save
+            # was a compare-and-set on its version)
             was = form.initial.get("per_second")
             RateLimitChange.objects.create(
                 rate_limit=obj, per_second=effective_rate(obj),
                 reason=f"configured by {request.user.get_username()}: {rate_text(obj.per_second)}"
                        + ("" if not change else f" (was {rate_text(was)})"))
 
+    @staticmethod
+    def _configure(obj: RateLimit, *, version: int) -> None:
+        """Save the form's fields onto the version the form was loaded from (only those fields:
+        tokens and throttling are the workers' to write, and their writes are no new version)."""
+        configured = RateLimit.objects.configure(
+            obj.pk, version=version, account_id=obj.account_id, destination_id=obj.destination_id,
+            transport=obj.transport, per_second=obj.per_second, burst=obj.burst,
+            max_in_flight=obj.max_in_flight)
+        if configured is None:  # another edit was saved after this form's validation
+            raise LimitChanged
+        obj.version, obj.throttled_to = configured.version, configured.throttled_to
+
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         try:
-            return super().changeform_view(request, object_id, form_url, extra_context)
+            try:
+                return super().changeform_view(request, object_id, form_url, extra_context)
+            except LimitChanged:
+                # Rolled back. The form, validated again against the limit as it is now, refuses
+                # its older version in words, who changed it and to what (and if it was deleted,
+                # the admin says so): it cannot reach the save again.
+                return super().changeform_view(request, object_id, form_url, extra_context)
         except LimitRefused as exc:  # the transaction was rolled back
             self.message_user(request, f"Nothing was saved: {exc}", messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())

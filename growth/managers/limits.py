@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import models
 
-from growth.managers.queries import Queries
+from growth.managers.queries import FromRow, Queries
 
 QUERIES = Queries.beside(__file__)
 
@@ -30,6 +30,14 @@ class DestinationGrant:
     throttled: bool  # a receiver's deferrals hold it down
     wait: float  # seconds until it has a token again, when granted is 0
     capped: bool = False  # a cap on messages on the wire: the grant holds until the claim commits
+
+
+@dataclass(frozen=True, slots=True)
+class Configured(FromRow):
+    """An operator's edit, saved."""
+
+    version: int  # the bucket's configuration now: a form must name it to save again
+    throttled_to: float | None  # the engine's rate, untouched: the effective rate is the lower
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +134,17 @@ class RateLimitManager(models.Manager):
         """Create or re-configure the transport-wide bucket; return its id."""
         return QUERIES.one("transport_limit", transport=transport, per_second=per_second,
                            burst=burst)["id"]
+
+    def configure(self, limit_id: int, *, version: int, account_id: int | None,
+                  destination_id: int | None, transport: str, per_second: float | None,
+                  burst: float, max_in_flight: int | None) -> Configured | None:
+        """Save an operator's edit of the bucket if its configuration is still ``version`` (the
+        one the form was loaded from); None when another edit was saved since (or the bucket is
+        gone, or is a warm-up quota): nothing was written."""
+        row = QUERIES.one("configure", id=limit_id, version=version, account_id=account_id,
+                          destination_id=destination_id, transport=transport,
+                          per_second=per_second, burst=burst, max_in_flight=max_in_flight)
+        return None if row is None else Configured.from_row(row)
 
     def transport_bucket(self, transport: str) -> int | None:
         row = QUERIES.one("transport_bucket", transport=transport)

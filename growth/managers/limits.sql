@@ -242,12 +242,37 @@ RETURNING rate_limit_id, per_second;
 SELECT EXISTS (SELECT 1 FROM growth_rate_limits WHERE throttled_to IS NOT NULL) AS throttled;
 
 -- transport_limit --
--- the transport-wide bucket from settings, created or re-configured
+-- the transport-wide bucket from settings, created or re-configured; a configuration it changes
+-- is a new version (an operator's form loaded before is refused, as after another's edit)
 INSERT INTO growth_rate_limits (transport, per_second, burst)
 VALUES (%(transport)s, %(per_second)s, %(burst)s)
 ON CONFLICT (transport) WHERE account_id IS NULL AND destination_id IS NULL
-DO UPDATE SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst
+DO UPDATE SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst,
+              version = growth_rate_limits.version
+                        + CASE WHEN (growth_rate_limits.per_second, growth_rate_limits.burst)
+                                    IS DISTINCT FROM (EXCLUDED.per_second, EXCLUDED.burst)
+                               THEN 1 ELSE 0 END
 RETURNING id;
+
+-- configure --
+-- An operator's edit (growth.admin.limits) of what a bucket limits and how, saved only onto the
+-- version the form was loaded from: after an edit saved since (another operator's, or another
+-- tab's) it writes nothing and returns no row, for the caller to refuse. A change is a new
+-- version; the engine's writes (tokens, throttled_to) are none: a receiver's throttle refuses no
+-- operator's rate. A warm-up quota is the engine's, never configured here.
+UPDATE growth_rate_limits
+   SET account_id = %(account_id)s, destination_id = %(destination_id)s,
+       transport = %(transport)s, per_second = %(per_second)s, burst = %(burst)s,
+       max_in_flight = %(max_in_flight)s,
+       version = version
+                 + CASE WHEN (account_id, destination_id, transport, per_second, burst, max_in_flight)
+                             IS DISTINCT FROM (%(account_id)s, %(destination_id)s, %(transport)s,
+                                               %(per_second)s, %(burst)s, %(max_in_flight)s)
+                        THEN 1 ELSE 0 END
+ WHERE id = %(id)s
+   AND version = %(version)s
+   AND per_day IS NULL
+RETURNING version, throttled_to;
 
 -- transport_bucket --
 -- the transport-wide bucket, if one exists (configured, or created by a throttle)
