@@ -217,7 +217,8 @@ DESTINATIONS_RESOLVE_SECONDS = env_number("DESTINATIONS_RESOLVE_SECONDS", defaul
 # connections a worker delivers on at once (growth.sending.wires): a kill leaves at most this many
 # chunks in doubt with a plain receiver
 SENDER_CONNECTIONS = env_count("SENDER_CONNECTIONS", default=4)
-SENDER_HANDOFF_CHUNK = env_count("SENDER_HANDOFF_CHUNK", default=5)  # messages per hand-over (plain)
+# messages per hand-over (plain receiver), or between two looks at the lease (idempotent)
+SENDER_HANDOFF_CHUNK = env_count("SENDER_HANDOFF_CHUNK", default=5)
 # The send protocol of a campaign built from now on (docs/one-write-per-recipient.md): "leases" (a
 # lease per batch, or per chunk for a plain receiver, behind the campaign's cursor: one write a
 # recipient) or "rows" (each row claimed under a lease of its own: two writes a recipient). A
