@@ -301,3 +301,34 @@ def test_a_settle_with_an_over_long_provider_id_is_recorded_not_fatal(smtp_setti
 
     assert statuses(campaign) == {"sent": 2}
     assert {len(p) for p in Send.objects.values_list("provider_message_id", flat=True)} == {255}
+
+
+class BreaksOnTheFifthMessage(locmem.EmailBackend):
+    calls = 0
+
+    def send_messages(self, messages):
+        type(self).calls += 1
+        if type(self).calls == 5:
+            raise TypeError("a bytes-like object is required, not 'str'")
+        return super().send_messages(messages)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("protocol", ["rows", "leases"])
+def test_an_idempotent_wire_stops_at_a_defect_that_ends_a_chunk(settings, protocol):
+    """An idempotent receiver's share goes out a chunk at a time: a defect on the last message of
+    a chunk leaves no untried outcome in it, and the wire must still send nothing more through
+    the transport that broke, for a campaign already paused."""
+    settings.SENDER_PROTOCOL = protocol
+    settings.SENDER_HANDOFF_CHUNK = 5
+    BreaksOnTheFifthMessage.calls = 0
+    campaign = approved_campaign(count=15)
+    transport = DjangoMailTransport(backend=f"{__name__}.BreaksOnTheFifthMessage",
+                                    idempotent=True)
+    Worker(batch_size=15, tick=0.05, lease=60, once=True, transport=transport,
+           connections=1).run()
+    campaign.refresh_from_db()
+    assert campaign.status == "paused"
+    assert len(mail.outbox) == 4, (len(mail.outbox), statuses(campaign))
+    # the one it broke on may have gone out: it goes again under its key; the rest never left
+    assert statuses(campaign) == {"sent": 4, "queued": 11}

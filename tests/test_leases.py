@@ -276,6 +276,26 @@ def test_a_lease_given_back_after_its_hand_over_to_an_idempotent_receiver_stays_
             maybe_sent.id: 1, unsent.id: 0}
 
 
+def test_a_taken_over_lease_released_unsent_in_a_cancelled_campaign_keeps_the_earlier_doubt():
+    """Idempotent receiver, leases. Worker a's claim hands its lease over, a's batch may have gone
+    out, a dies; recovery frees the lease (takeovers 1, in_doubt_since). Worker b takes it over,
+    its renderer fails (nothing of b's batch reaches a wire: _contain(unsent=True)), and a cancel
+    commits in between. The release ends the lease: its rows must stay in doubt (a's message may
+    have arrived), not read 'cancelled' as never reached."""
+    campaign = sending_campaign(count=2, leases=True)
+    first = _claim(campaign, worker="a", hand_over=True)
+    _expire(first.id)
+    assert SendLease.objects.recover(idempotent=True, max_attempts=5).freed == 1
+    taken_over = _claim(campaign, worker="b", hand_over=True)
+    assert SendLease.objects.get(id=taken_over.id).takeovers == 1
+    Campaign.objects.cancel(campaign_id=campaign.id)
+    released = SendLease.objects.release(taken_over.id, campaign_id=campaign.id, worker_id="b",
+                                         idempotent=True, unsent=True)
+    rows = list(Send.objects.filter(campaign=campaign).values_list(
+        "status", "handed_over_at", "in_doubt_since"))
+    assert (released.cancelled, released.unknown) == (0, 2), rows
+
+
 def test_a_paced_destination_without_tokens_is_set_aside_and_taken_as_its_share_allows():
     campaign = leased_campaign(count=6)
     ids = sorted(_rows(campaign))

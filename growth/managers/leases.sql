@@ -377,7 +377,10 @@ SELECT (SELECT count(*) FROM freed) AS freed,
 WITH campaign AS MATERIALIZED (
     SELECT status FROM growth_campaigns WHERE id = %(campaign_id)s FOR NO KEY UPDATE
 ), mine AS MATERIALIZED (
-    SELECT l.id, l.send_ids, l.handed_over_at IS NOT NULL AND NOT %(unsent)s AS handed
+    SELECT l.id, l.send_ids, l.handed_over_at IS NOT NULL AND NOT %(unsent)s AS handed,
+           -- a take-over of a lease an earlier holder handed over and lost: its rows are in
+           -- doubt whatever this holder did (unsent says nothing of that earlier attempt)
+           l.takeovers > 0 OR l.in_doubt_since IS NOT NULL AS doubted
       FROM growth_send_leases l
      WHERE l.id = %(lease_id)s AND l.worker_id = %(worker_id)s
        AND (l.handed_over_at IS NULL OR %(idempotent)s)
@@ -396,7 +399,7 @@ WITH campaign AS MATERIALIZED (
     DELETE FROM growth_send_leases l
      USING mine m
      WHERE l.id = m.id AND (SELECT status FROM campaign) = 'cancelled'
-    RETURNING l.id, l.send_ids, m.handed
+    RETURNING l.id, l.send_ids, m.handed OR m.doubted AS handed
 ), written AS (
     UPDATE growth_sends s
        SET status = CASE WHEN e.handed THEN 'unknown' ELSE 'cancelled' END,

@@ -82,7 +82,7 @@ from growth.sending.transports import (
     receiver_deduplicates,
 )
 from growth.sending.transports.base import receiver_forgets_keys_after
-from growth.sending.transports.errors import TransportBroke, describe, refusal_reason
+from growth.sending.transports.errors import TransportBroke, describe, refusal_reason, untried
 from growth.sending.unsubscribe import LinkMaker
 from growth.sending.wires import Wires
 
@@ -512,6 +512,9 @@ class Worker:
                 break
             deliveries, unrenderable = self._render(renderer, rows[start:start + self.chunk_size])
             outcomes += unrenderable + self._send(transport, batch, deliveries)
+            if batch.broken is not None:  # a defect (here or on another wire): nothing more
+                return outcomes + [untried(row.id, batch.broken)
+                                   for row in rows[start + self.chunk_size:]]
             refused = next((o for o in outcomes if o.kind == Outcome.REFUSED), None)
             if refused is not None:  # us, not the recipients: the rest would be refused as well
                 return outcomes + [replace(refused, send_id=row.id)
