@@ -190,3 +190,29 @@ def test_rows_a_contained_campaign_never_sent_are_not_in_doubt_when_it_is_resume
     run_worker(transport=receiver, lease=LEASE)
     assert sorted(receiver.got) == _job_ids(campaign)
     assert statuses(campaign) == {"sent": 3}
+
+
+@pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
+def test_rows_a_stalled_worker_knows_it_never_sent_are_not_left_in_doubt(leases, monkeypatch):
+    """A worker stalled past its lease sends nothing of its batch, and says so: the rows are
+    queued again, not in doubt since its claim. Paused, and resumed after the receiver's memory
+    of that claim, they go out: none was ever sent."""
+    campaign = sending_campaign(3, leases=leases)
+    look_at_opt_outs = Worker._hand_over
+
+    def stalled(self, ids, *, batch):
+        time.sleep(3 * STALLED_LEASE)
+        return look_at_opt_outs(self, ids, batch=batch)
+
+    monkeypatch.setattr(Worker, "_hand_over", stalled)
+    receiver = Receiver()
+    Worker(transport=receiver, lease=STALLED_LEASE, batch_size=10, once=True).run()
+    assert receiver.got == []
+    assert statuses(campaign) == {"queued": 3}  # settled at once, not left to lease expiry
+    assert _attempts(campaign) == dict.fromkeys(_attempts(campaign), 0)
+    monkeypatch.undo()
+    Campaign.objects.filter(id=campaign.id).update(status="paused")
+    _in_doubt_since(campaign, MEMORY * 24)  # resumed a few hours later
+    Campaign.objects.filter(id=campaign.id).update(status="sending")
+    run_worker(transport=receiver, lease=LEASE)
+    assert (sorted(receiver.got), statuses(campaign)) == (_job_ids(campaign), {"sent": 3})

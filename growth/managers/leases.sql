@@ -240,20 +240,20 @@ WITH campaign AS MATERIALIZED (
 )
 UPDATE growth_sends s
    SET {{ sends._settled_outcome }},
-       attempts = s.attempts + CASE WHEN r.outcome IN ('throttled', 'suppressed', 'refused',
+       attempts = s.attempts + CASE WHEN r.outcome IN ('throttled', 'suppressed', 'refused', 'unsent',
                                                        'forgotten')
                                     THEN 0 ELSE 1 END,
-       -- not delivered (transient, throttled, refused), a row stays in doubt as it was, or is in
-       -- doubt if a holder of the lease before the claim that took it over handed it over and
-       -- was lost (takeovers); suppressed, it never is. In doubt, it keeps the earliest
+       -- not delivered (transient, throttled, refused, unsent), a row stays in doubt as it was,
+       -- or is in doubt if a holder of the lease before the claim that took it over handed it
+       -- over and was lost (takeovers); suppressed, it never is. In doubt, it keeps the earliest
        -- hand-over it may have arrived by: a claim judges the receiver's memory of its key by it.
        handed_over_at = CASE WHEN r.outcome = 'suppressed' THEN NULL
-                             WHEN r.outcome IN ('transient', 'throttled', 'refused')
+                             WHEN r.outcome IN ('transient', 'throttled', 'refused', 'unsent')
                                   AND (SELECT takeovers FROM ended) > 0
                              THEN coalesce(least(s.handed_over_at,
                                                  (SELECT in_doubt_since FROM ended)),
                                            (SELECT handed_over_at FROM ended), now())
-                             WHEN r.outcome IN ('transient', 'throttled', 'refused')
+                             WHEN r.outcome IN ('transient', 'throttled', 'refused', 'unsent')
                              THEN s.handed_over_at
                              WHEN r.outcome IN ('in_doubt_retried', 'in_doubt', 'key_taken',
                                                  'forgotten')
@@ -262,7 +262,7 @@ UPDATE growth_sends s
                                                  (SELECT handed_over_at FROM ended)), now())
                              ELSE coalesce((SELECT handed_over_at FROM ended), s.handed_over_at,
                                            now()) END,
-       first_attempt_at = CASE WHEN r.outcome IN ('suppressed', 'refused', 'forgotten')
+       first_attempt_at = CASE WHEN r.outcome IN ('suppressed', 'refused', 'unsent', 'forgotten')
                                THEN s.first_attempt_at
                                ELSE coalesce(s.first_attempt_at,
                                              (SELECT handed_over_at FROM ended), now()) END,

@@ -507,7 +507,7 @@ s.lease_expires_at = ANY(%(leases)s::timestamptz[])
 -- a campaign not cancelled.
 (((r.outcome IN ('transient', 'throttled', 'in_doubt_retried')
    AND now() < coalesce(s.first_attempt_at, now()) + make_interval(secs => %(retry_for)s))
-  OR r.outcome = 'refused')
+  OR r.outcome IN ('refused', 'unsent'))
  AND c.status <> 'cancelled')
 
 -- _outcomes --
@@ -528,14 +528,16 @@ unnest(%(ids)s::bigint[], %(attempts)s::int[], %(outcomes)s::text[],
 -- again under its key, and stays in doubt until sent (its hand-over kept: no follow-up takes it
 -- as never reached); cancelled, or past the horizon, it is 'unknown'. 'key_taken': the receiver
 -- holds another message under the key: 'unknown'. 'forgotten': the lease protocol's claim found
--- the row in doubt past the receiver's memory of its key: 'unknown', unsent.
+-- the row in doubt past the receiver's memory of its key: 'unknown', unsent. 'unsent': the worker
+-- never put it on the wire (the claim's lease ran out before its turn): as a refusal of us, due
+-- again at once with no attempt counted and not in doubt for it, but nothing is paused.
 status = CASE
     WHEN r.outcome = 'sent' THEN 'sent'
     WHEN r.outcome = 'suppressed' THEN 'suppressed'
     WHEN r.outcome IN ('in_doubt', 'key_taken', 'forgotten') THEN 'unknown'
     WHEN {{ _retried }} THEN 'queued'
     WHEN r.outcome = 'in_doubt_retried' THEN 'unknown'
-    WHEN r.outcome IN ('transient', 'throttled', 'refused') AND c.status = 'cancelled'
+    WHEN r.outcome IN ('transient', 'throttled', 'refused', 'unsent') AND c.status = 'cancelled'
     THEN 'cancelled'
     ELSE 'failed' END,
 sent_at = CASE WHEN r.outcome = 'sent' THEN now() END,
@@ -544,7 +546,7 @@ provider_message_id = CASE WHEN r.outcome = 'sent' THEN left(r.provider_message_
                            ELSE s.provider_message_id END,
 last_error = r.error,
 next_attempt_at = CASE
-    WHEN {{ _retried }} AND r.outcome = 'refused' THEN now()
+    WHEN {{ _retried }} AND r.outcome IN ('refused', 'unsent') THEN now()
     WHEN {{ _retried }} AND r.outcome = 'throttled'
     THEN now() + make_interval(secs => coalesce(r.retry_after, %(throttle_delay)s))
     WHEN {{ _retried }}
@@ -578,17 +580,18 @@ WITH campaign AS MATERIALIZED (
 )
 UPDATE growth_sends s
    SET {{ _settled_outcome }},
-       attempts = s.attempts - CASE WHEN r.outcome IN ('throttled', 'refused') THEN 1 ELSE 0 END,
+       attempts = s.attempts - CASE WHEN r.outcome IN ('throttled', 'refused', 'unsent') THEN 1
+                                    ELSE 0 END,
        lease_expires_at = NULL,
-       -- an attempt refused is known not delivered: queued again, the row is not in doubt (a
-       -- follow-up may take it; see take_from_original), unless an earlier attempt was handed
-       -- over and its worker lost: that hand-over's time, kept by the claim, is older than the
-       -- claim's (updated_at: only the claim writes it on a row on the wire), and stays
-       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'refused')
+       -- an attempt refused (or unsent) is known not delivered: queued again, the row is not in
+       -- doubt (a follow-up may take it; see take_from_original), unless an earlier attempt was
+       -- handed over and its worker lost: that hand-over's time, kept by the claim, is older
+       -- than the claim's (updated_at: only the claim writes it on a row on the wire), and stays
+       handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'refused', 'unsent')
                                   AND s.handed_over_at >= s.updated_at THEN NULL
                              ELSE s.handed_over_at END,
        -- a refusal of us was no attempt: the row's retry horizon starts at its first real one
-       first_attempt_at = CASE WHEN r.outcome = 'refused' AND r.attempt = 1 THEN NULL
+       first_attempt_at = CASE WHEN r.outcome IN ('refused', 'unsent') AND r.attempt = 1 THEN NULL
                                ELSE s.first_attempt_at END
   FROM campaign c,
        {{ _outcomes }}

@@ -97,6 +97,7 @@ HOUSEKEEPING_EVERY = 1.0  # seconds, while full batches keep coming
 HEARTBEAT_EVERY = 5.0  # seconds between "alive" rows; the admin calls a worker dead after 3 missed
 RENDERERS_KEPT = 32  # campaigns whose compiled templates a worker keeps
 SAMPLE_RECIPIENT = "sample.recipient@example.com"  # a renderer's trial run, never sent
+UNSENT_PAST_THE_LEASE = "not sent: the claim's lease ran out before its turn on the wire"
 
 T = TypeVar("T")
 P = TypeVar("P")  # a piece of a batch a wire takes: a chunk of rows, or a lease
@@ -503,13 +504,16 @@ class Worker:
         A chunk goes out only while the claim's lease holds. The claim let a row in doubt go
         again because the receiver remembers its key for as long as that lease: sent after it
         (the worker stalled: its process paused, a slow database, a wire slow with the last
-        batch), the message could arrive twice. Such rows have no outcome and wait for lease
-        expiry; the next claim judges their doubt again. What stays unguarded is one chunk,
-        already on the wire when the lease runs out."""
+        batch), the message could arrive twice. Such rows are settled unsent: queued again at
+        once, no attempt counted, not in doubt for this attempt (an earlier one's doubt stays,
+        and the next claim judges it again); unless they were recovered or taken over meanwhile,
+        then they are their new holder's. What stays unguarded is one chunk, already on the wire
+        when the lease runs out."""
         outcomes: list[Outcome] = []
         for start in range(0, len(rows), self.chunk_size):
-            if not batch.within_lease():
-                break
+            if not batch.within_lease():  # known unsent: due again, not in doubt for it
+                return outcomes + [Outcome(row.id, Outcome.UNSENT, error=UNSENT_PAST_THE_LEASE)
+                                   for row in rows[start:]]
             deliveries, unrenderable = self._render(renderer, rows[start:start + self.chunk_size])
             outcomes += unrenderable + self._send(transport, batch, deliveries)
             if batch.broken is not None:  # a defect (here or on another wire): nothing more

@@ -45,6 +45,10 @@ class Outcome:
     # row is due again at once, no attempt counted, and the worker pauses the campaign with
     # the refusal for an operator to mend the transport and resume it
     REFUSED = "refused"
+    # the worker never put it on the wire (the claim's lease ran out before its turn): due again
+    # at once, no attempt counted, and not in doubt for this attempt. The worker's, never a
+    # transport's
+    UNSENT = "unsent"
 
     # whom a throttle concerns: the recipient's mailbox provider, or our whole account with
     # the relay or ESP (an API's 429, SES's "Maximum sending rate exceeded")
