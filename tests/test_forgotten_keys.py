@@ -142,28 +142,34 @@ def test_a_receiver_that_does_not_deduplicate_never_gets_a_row_left_in_doubt(lea
 STALLED_LEASE = 0.5  # a lease the stall below outlasts
 
 
-@pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
-def test_a_worker_stalled_past_its_lease_before_the_send_sends_nothing(leases, monkeypatch):
-    """The claim let the rows go again because the receiver remembers their keys for as long as
-    the claim's lease: an attempt on the wire later than that could arrive a second time. A
-    worker stalled past its lease between the claim and the send (its process paused, a database
-    slow to answer) sends none of them; they wait for lease expiry, and the next claim judges
-    their doubt again."""
-    campaign = sending_campaign(3, leases=leases)
-    _lose_a_worker(campaign, leases=leases)
-    _in_doubt_since(campaign, MEMORY - 2 * STALLED_LEASE)  # remembered for this claim's lease
-    look_at_opt_outs = Worker._hand_over  # the worker's last step before the send
+def _a_worker_stalled_past_its_lease(receiver: Receiver, monkeypatch) -> None:
+    """One pass of a worker that stalls past its lease just before the send (in its look at the
+    opt-outs, the last step before the wire)."""
+    look_at_opt_outs = Worker._hand_over
 
     def stalled(self, ids, *, batch):
         time.sleep(3 * STALLED_LEASE)
         return look_at_opt_outs(self, ids, batch=batch)
 
-    monkeypatch.setattr(Worker, "_hand_over", stalled)
+    with monkeypatch.context() as patched:
+        patched.setattr(Worker, "_hand_over", stalled)
+        Worker(transport=receiver, lease=STALLED_LEASE, batch_size=10, once=True).run()
+
+
+@pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
+def test_a_worker_stalled_past_its_lease_before_the_send_sends_nothing(leases, monkeypatch):
+    """The claim let the rows go again because the receiver remembers their keys for as long as
+    the claim's lease: an attempt on the wire later than that could arrive a second time. A
+    worker stalled past its lease between the claim and the send (its process paused, a database
+    slow to answer) sends none of them; they are queued again unsent, and the next claim judges
+    their earlier doubt again."""
+    campaign = sending_campaign(3, leases=leases)
+    _lose_a_worker(campaign, leases=leases)
+    _in_doubt_since(campaign, MEMORY - 2 * STALLED_LEASE)  # remembered for this claim's lease
     receiver = Receiver()
-    Worker(transport=receiver, lease=STALLED_LEASE, batch_size=10, once=True).run()
+    _a_worker_stalled_past_its_lease(receiver, monkeypatch)
     assert receiver.got == []  # past its memory by now: a resend could arrive twice
 
-    monkeypatch.undo()
     run_worker(transport=receiver, lease=LEASE)
     assert receiver.got == []
     assert statuses(campaign) == {"unknown": 3}
@@ -198,19 +204,11 @@ def test_rows_a_stalled_worker_knows_it_never_sent_are_not_left_in_doubt(leases,
     queued again, not in doubt since its claim. Paused, and resumed after the receiver's memory
     of that claim, they go out: none was ever sent."""
     campaign = sending_campaign(3, leases=leases)
-    look_at_opt_outs = Worker._hand_over
-
-    def stalled(self, ids, *, batch):
-        time.sleep(3 * STALLED_LEASE)
-        return look_at_opt_outs(self, ids, batch=batch)
-
-    monkeypatch.setattr(Worker, "_hand_over", stalled)
     receiver = Receiver()
-    Worker(transport=receiver, lease=STALLED_LEASE, batch_size=10, once=True).run()
+    _a_worker_stalled_past_its_lease(receiver, monkeypatch)
     assert receiver.got == []
     assert statuses(campaign) == {"queued": 3}  # settled at once, not left to lease expiry
     assert _attempts(campaign) == dict.fromkeys(_attempts(campaign), 0)
-    monkeypatch.undo()
     Campaign.objects.filter(id=campaign.id).update(status="paused")
     _in_doubt_since(campaign, MEMORY * 24)  # resumed a few hours later
     Campaign.objects.filter(id=campaign.id).update(status="sending")
