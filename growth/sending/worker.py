@@ -515,11 +515,12 @@ class Worker:
                 return outcomes + [Outcome(row.id, Outcome.UNSENT, error=UNSENT_PAST_THE_LEASE)
                                    for row in rows[start:]]
             deliveries, unrenderable = self._render(renderer, rows[start:start + self.chunk_size])
-            outcomes += unrenderable + self._send(transport, batch, deliveries)
+            answered = unrenderable + self._send(transport, batch, deliveries)
+            outcomes += answered
             if batch.broken is not None:  # a defect (here or on another wire): nothing more
                 return outcomes + [untried(row.id, batch.broken)
                                    for row in rows[start + self.chunk_size:]]
-            refused = next((o for o in outcomes if o.kind == Outcome.REFUSED), None)
+            refused = next((o for o in answered if o.kind == Outcome.REFUSED), None)
             if refused is not None:  # us, not the recipients: the rest would be refused as well
                 return outcomes + [replace(refused, send_id=row.id)
                                    for row in rows[start + self.chunk_size:]]
