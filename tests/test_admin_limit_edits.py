@@ -122,6 +122,17 @@ def test_a_form_without_its_version_saves_nothing(tenant):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("version", ["x", "1e3", str(2**70), "-1"])
+def test_a_hand_made_version_is_a_form_error_never_a_500(tenant, version):
+    limit = RateLimit.objects.create(account=tenant, per_second=10)
+    alice = logged_in("alice")
+    response = save(alice, limit, loaded(alice, limit), per_second="5", seen_version=version)
+    assert response.status_code == 200 and response.context["adminform"].form.errors
+    limit.refresh_from_db()
+    assert limit.per_second == 10 and log_of(limit) == []
+
+
+@pytest.mark.django_db
 def test_a_limit_deleted_meanwhile_is_not_brought_back(tenant):
     limit = RateLimit.objects.create(account=tenant, per_second=10)
     alice, bob = logged_in("alice"), logged_in("bob")
