@@ -354,25 +354,28 @@ def test_a_campaign_outside_its_sending_window_is_not_claimed_until_it_opens():
 
 
 class SlowRelay(BaseTransport):
-    """A plain relay that takes a while over every chunk: a batch outlasts what is left of the
-    window."""
+    """A relay that takes a while over every chunk: a batch outlasts what is left of the window.
+    It notes when each chunk reached it."""
 
-    idempotent = False
     waits_on_a_wire = False
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, idempotent: bool) -> None:
         self.seconds = seconds
+        self.idempotent = idempotent
+        self.chunks_started: list[dt.datetime] = []
 
     def send_bulk(self, deliveries):
+        self.chunks_started.append(timezone.now())
         time.sleep(self.seconds)
         return [Outcome(d.send_id, Outcome.SENT) for d in deliveries]
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
 @pytest.mark.parametrize("leases", [False, True], ids=["rows", "leases"])
-def test_a_plain_receivers_batch_stops_at_the_end_of_its_sending_window(leases, settings):
+def test_a_batch_stops_at_the_end_of_its_sending_window(leases, idempotent, settings):
     """The claim only saw the window open: the chunks no wire took when it closes go back,
-    queued with no attempt counted, and nothing is handed over after it."""
+    queued with no attempt counted and not in doubt, and nothing reaches the relay after it."""
     from growth.sending.worker import Worker
 
     settings.SENDER_HANDOFF_CHUNK = 2
@@ -382,12 +385,13 @@ def test_a_plain_receivers_batch_stops_at_the_end_of_its_sending_window(leases, 
     Account.objects.filter(id=campaign.account_id).update(time_zone="UTC")
     Campaign.objects.filter(id=campaign.id).update(
         window_starts=(now - dt.timedelta(hours=1)).time(), window_ends=ends.time())
-    Worker(worker_id="w", transport=SlowRelay(0.5), batch_size=20, once=True).run()
+    relay = SlowRelay(0.5, idempotent=idempotent)
+    Worker(worker_id="w", transport=relay, batch_size=20, once=True).run()
 
     rows = Send.objects.filter(campaign=campaign)
     sent = rows.filter(status="sent")
     assert 0 < sent.count() < 20
-    assert all(row.handed_over_at < ends for row in sent)
+    assert relay.chunks_started and all(started < ends for started in relay.chunks_started)
     assert set(rows.exclude(status="sent").values_list("status", "attempts", "handed_over_at")) \
         == {("queued", 0, None)}
 

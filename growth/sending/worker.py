@@ -98,6 +98,7 @@ HEARTBEAT_EVERY = 5.0  # seconds between "alive" rows; the admin calls a worker 
 RENDERERS_KEPT = 32  # campaigns whose compiled templates a worker keeps
 SAMPLE_RECIPIENT = "sample.recipient@example.com"  # a renderer's trial run, never sent
 UNSENT_PAST_THE_LEASE = "not sent: the claim's lease ran out before its turn on the wire"
+UNSENT_PAST_THE_WINDOW = "not sent: the campaign's sending window closed before its turn"
 
 T = TypeVar("T")
 P = TypeVar("P")  # a piece of a batch a wire takes: a chunk of rows, or a lease
@@ -508,11 +509,14 @@ class Worker:
         once, no attempt counted, not in doubt for this attempt (an earlier one's doubt stays,
         and the next claim judges it again); unless they were recovered or taken over meanwhile,
         then they are their new holder's. What stays unguarded is one chunk, already on the wire
-        when the lease runs out."""
+        when the lease runs out. The campaign's sending window closing stops the share the same
+        way, as it stops a plain receiver's wires."""
         outcomes: list[Outcome] = []
         for start in range(0, len(rows), self.chunk_size):
-            if not batch.within_lease():  # known unsent: due again, not in doubt for it
-                return outcomes + [Outcome(row.id, Outcome.UNSENT, error=UNSENT_PAST_THE_LEASE)
+            unsent = (UNSENT_PAST_THE_LEASE if not batch.within_lease()
+                      else UNSENT_PAST_THE_WINDOW if not batch.window_open() else None)
+            if unsent:  # known unsent: due again, not in doubt for it
+                return outcomes + [Outcome(row.id, Outcome.UNSENT, error=unsent)
                                    for row in rows[start:]]
             deliveries, unrenderable = self._render(renderer, rows[start:start + self.chunk_size])
             answered = unrenderable + self._send(transport, batch, deliveries)
