@@ -380,3 +380,47 @@ def test_a_hand_over_racing_a_recovery_leaves_the_recovered_row_alone():
     assert handed == {}  # not ours any more: must not be sent
     stored = Send.objects.get()
     assert stored.status == "queued" and stored.handed_over_at is None
+
+
+@pytest.mark.django_db(transaction=True)  # each statement at its own time, as in a worker
+@pytest.mark.parametrize("given_back", ["refused", "unsent", "released unsent"])
+@pytest.mark.parametrize("receiver", ["plain", "idempotent"])
+def test_an_attempt_given_back_keeps_the_retry_horizon_an_earlier_attempt_started(given_back,
+                                                                                  receiver):
+    """A throttle gives its attempt back but the message did go on the wire: the retry horizon
+    runs from then. A later first-numbered attempt that is refused, never sent, or released
+    unsent, is no attempt, and must not restart that horizon."""
+    campaign = sending_campaign(count=1)
+    claim_and_hand_over(worker_id="w")
+    (row,) = Send.objects.all()
+    settle([Outcome(row.id, Outcome.THROTTLED, error="421 4.7.28 slow down",
+                    throttle_scope=Outcome.DESTINATION)])
+    started = timezone.now() - timezone.timedelta(hours=1)
+    Send.objects.update(next_attempt_at=None, first_attempt_at=started)
+    claimed = Send.objects.claim(worker_id="w", batch_size=1, lease=60,
+                                 hand_over=receiver == "idempotent")
+    if receiver == "plain" and given_back == "refused":
+        hand_over(claimed, worker_id="w")
+    assert claimed[0].attempts == 1
+    if given_back == "released unsent":
+        assert Send.objects.release(claimed, campaign_id=campaign.id, worker_id="w",
+                                    idempotent=receiver == "idempotent", unsent=True)
+    else:
+        settle([Outcome(row.id, given_back, error="535 5.7.8 no" if given_back == "refused"
+                        else "not sent: the claim's lease ran out")])
+    after = Send.objects.get()
+    assert (after.status, after.attempts, after.first_attempt_at) == ("queued", 0, started)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("given_back", ["refused", "unsent", "released unsent"])
+def test_a_first_attempt_given_back_leaves_no_retry_horizon(given_back):
+    campaign = sending_campaign(count=1)
+    claimed = Send.objects.claim(worker_id="w", batch_size=1, lease=60, hand_over=True)
+    assert Send.objects.get().first_attempt_at is not None
+    if given_back == "released unsent":
+        Send.objects.release(claimed, campaign_id=campaign.id, worker_id="w", idempotent=True,
+                             unsent=True)
+    else:
+        settle([Outcome(claimed[0].id, given_back, error="not sent")])
+    assert Send.objects.get().first_attempt_at is None

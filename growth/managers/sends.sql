@@ -590,8 +590,11 @@ UPDATE growth_sends s
        handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'refused', 'unsent')
                                   AND s.handed_over_at >= s.updated_at THEN NULL
                              ELSE s.handed_over_at END,
-       -- a refusal of us was no attempt: the row's retry horizon starts at its first real one
-       first_attempt_at = CASE WHEN r.outcome IN ('refused', 'unsent') AND r.attempt = 1 THEN NULL
+       -- a refusal of us (or no send) was no attempt: the row's retry horizon starts at its
+       -- first real one. Only a horizon this claim started is undone (as old as its updated_at,
+       -- as for the hand-over): a throttled attempt gave its number back, but went on the wire
+       first_attempt_at = CASE WHEN r.outcome IN ('refused', 'unsent')
+                                    AND s.first_attempt_at >= s.updated_at THEN NULL
                                ELSE s.first_attempt_at END
   FROM campaign c,
        {{ _outcomes }}
@@ -671,7 +674,7 @@ UPDATE growth_sends s
                      ELSE 'queued' END,
        handed_over_at = CASE WHEN %(unsent)s AND handed_over_at >= updated_at THEN NULL
                              ELSE handed_over_at END,
-       first_attempt_at = CASE WHEN %(unsent)s AND attempts = 1 THEN NULL
+       first_attempt_at = CASE WHEN %(unsent)s AND first_attempt_at >= updated_at THEN NULL
                                ELSE first_attempt_at END,
        attempts = attempts - 1, lease_expires_at = NULL, claimed_by = '', updated_at = now()
  WHERE id = ANY(%(ids)s)
