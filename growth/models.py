@@ -700,12 +700,15 @@ class RateLimit(models.Model):
 
 class RateLimitChange(models.Model):
     """One change of a bucket's effective rate: a throttle lowered it, good answers raised it,
-    an operator configured it. The admin draws these."""
+    an operator configured it, a worker set it from the settings. The admin draws these."""
 
     rate_limit = models.ForeignKey(RateLimit, on_delete=models.CASCADE, related_name="changes")
     per_second = models.FloatField(null=True, help_text="The effective rate after the change.")
     reason = models.CharField(max_length=500)
     changed_at = models.DateTimeField(db_default=Now(), editable=False)
+    # a configuration no user saved (the SENDER_RATE_LIMIT setting's): the version it made, for
+    # a form loaded before to be told who changed the limit (a user's edit is its LogEntry)
+    version = models.PositiveIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "growth_rate_limit_changes"

@@ -9,7 +9,7 @@ from django import forms
 from django.db import IntegrityError
 
 from growth.admin.charts import clock
-from growth.admin.limit_history import configuration_text, last_edit
+from growth.admin.limit_history import configuration_text, last_edit, set_from_settings
 from growth.models import RateLimit
 
 SCOPES = ("a tenant, a provider, a tenant's mail to a provider, or a whole transport")
@@ -40,14 +40,19 @@ def refusal(exc: IntegrityError) -> str:
 
 
 def changed_since(limit: RateLimit) -> str:
-    """What an operator whose form is older than ``limit`` is told: who last saved it and when
-    (as its History records), and what it is now."""
-    edit = last_edit(limit)
-    by = ("" if edit is None else f" (the last edit in its History: "
-          f"{edit.user.get_username()}, {clock(edit.action_time, '%Y-%m-%d %H:%M:%S')})")
-    return (f"Someone changed this limit since you opened it{by}: it is now "
-            f"{configuration_text(limit)}. Nothing was saved: reload the page to edit the limit "
-            "as it is now.")
+    """What an operator whose form is older than ``limit`` is told: who last changed it and when
+    (a user, as its History records; or a worker, from the settings), and what it is now."""
+    reset = set_from_settings(limit)
+    if reset is not None:
+        by = (f" ({clock(reset.changed_at, '%Y-%m-%d %H:%M:%S')}, in the history of its rate: "
+              f"{reset.reason})")
+    else:
+        edit = last_edit(limit)
+        by = ("" if edit is None else f" (the last edit in its History: "
+              f"{edit.user.get_username()}, {clock(edit.action_time, '%Y-%m-%d %H:%M:%S')})")
+    return (f"{'A worker' if reset else 'Someone'} changed this limit since you opened it{by}: "
+            f"it is now {configuration_text(limit)}. Nothing was saved: reload the page to edit "
+            "the limit as it is now.")
 
 
 class RateLimitForm(forms.ModelForm):

@@ -1,7 +1,8 @@
 """A bucket's effective rate over time, from its RateLimitChange rows: a step chart of the last
 hours and its latest changes with their reasons. Three small statements, each bounded, on the
-(rate_limit, changed_at) index. And its configuration in words, with the last edit its History
-(the admin's log) records: what a refused edit is told."""
+(rate_limit, changed_at) index. And its configuration in words, with who made it what it is:
+the last edit its History (the admin's log) records, or the settings a worker applied since
+(in the history of its rate): what a refused edit is told."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ def last_edit(limit: RateLimit) -> LogEntry | None:
     return (LogEntry.objects.filter(content_type=ContentType.objects.get_for_model(RateLimit),
                                     object_id=str(limit.pk))
             .select_related("user").order_by("-action_time", "-id").first())
+
+
+def set_from_settings(limit: RateLimit) -> RateLimitChange | None:
+    """The change that made the bucket's configuration what it is now when no user saved it (a
+    worker re-applied the SENDER_RATE_LIMIT setting): it is not in its History."""
+    return limit.changes.filter(version=limit.version).first()
 
 
 def history(limit: RateLimit, *, now: datetime) -> dict:

@@ -190,7 +190,8 @@ class RateLimitAdmin(TolerantAutocomplete, TenantScopedAdmin):
             except LimitChanged:
                 # Rolled back. The form, validated again against the limit as it is now, refuses
                 # its older version in words, who changed it and to what (and if it was deleted,
-                # the admin says so): it cannot reach the save again.
+                # the admin says so): it cannot reach the save again, however many saves commit
+                # meanwhile (a version only grows, and it was past the form's at the lost save).
                 return super().changeform_view(request, object_id, form_url, extra_context)
         except LimitRefused as exc:  # the transaction was rolled back
             self.message_user(request, f"Nothing was saved: {exc}", messages.ERROR)

@@ -12,6 +12,7 @@ QUERIES = Queries.beside(__file__)
 
 RATE_CEILING = 100_000.0  # messages/s a bucket raised by good answers alone stops at
 PROBE = 0.2  # share of its rate a bucket grows by per good period, past its last throttle
+SET_FROM_SETTINGS = "set by a worker from the SENDER_RATE_LIMIT setting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +131,17 @@ class RateLimitManager(models.Manager):
     def any_throttled(self) -> bool:
         return QUERIES.one("throttled_buckets")["throttled"]
 
-    def for_transport(self, transport: str, *, per_second: float, burst: float) -> int:
-        """Create or re-configure the transport-wide bucket; return its id."""
-        return QUERIES.one("transport_limit", transport=transport, per_second=per_second,
-                           burst=burst)["id"]
+    def for_transport(self, transport: str, *, per_second: float, burst: float,
+                      reason: str = SET_FROM_SETTINGS) -> int:
+        """Create or re-configure the transport-wide bucket; return its id. A configuration it
+        changes is recorded in the bucket's history, as ``reason`` with the values set (no user
+        made it: the admin's History, LogEntry, records a user's edits only)."""
+        which = {"transport": transport}
+        _, (row,) = QUERIES.together(("lock_transport_limit", which),
+                                     ("transport_limit", which | {"per_second": per_second,
+                                                                  "burst": burst,
+                                                                  "reason": reason}))
+        return row["id"]
 
     def configure(self, limit_id: int, *, version: int, account_id: int | None,
                   destination_id: int | None, transport: str, per_second: float | None,

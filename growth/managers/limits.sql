@@ -241,18 +241,46 @@ RETURNING rate_limit_id, per_second;
 -- are any buckets held down by throttling (then good answers are worth a recover)?
 SELECT EXISTS (SELECT 1 FROM growth_rate_limits WHERE throttled_to IS NOT NULL) AS throttled;
 
+-- lock_transport_limit --
+-- transport_limit's first statement, in the same string: the transport-wide bucket locked, so
+-- that the configuration transport_limit reads as the one it replaces is still the bucket's when
+-- it writes (an operator's edit saved between the two would be recorded as replaced by neither)
+SELECT id FROM growth_rate_limits
+ WHERE transport = %(transport)s AND account_id IS NULL AND destination_id IS NULL
+   FOR UPDATE;
+
 -- transport_limit --
--- the transport-wide bucket from settings, created or re-configured; a configuration it changes
--- is a new version (an operator's form loaded before is refused, as after another's edit)
-INSERT INTO growth_rate_limits (transport, per_second, burst)
-VALUES (%(transport)s, %(per_second)s, %(burst)s)
-ON CONFLICT (transport) WHERE account_id IS NULL AND destination_id IS NULL
-DO UPDATE SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst,
-              version = growth_rate_limits.version
-                        + CASE WHEN (growth_rate_limits.per_second, growth_rate_limits.burst)
-                                    IS DISTINCT FROM (EXCLUDED.per_second, EXCLUDED.burst)
-                               THEN 1 ELSE 0 END
-RETURNING id;
+-- The transport-wide bucket from settings, created or re-configured. A configuration it sets
+-- (a new bucket, or a new version of one: an operator's form loaded before is refused, as
+-- after another's edit) goes into the bucket's history with the version it made, which the
+-- refusal reads to tell who changed the limit; the same again writes nothing. A bucket created
+-- meanwhile by another worker was not there to read: it was created at version 1.
+WITH was AS (
+    SELECT per_second, burst, version
+      FROM growth_rate_limits
+     WHERE transport = %(transport)s AND account_id IS NULL AND destination_id IS NULL
+), applied AS (
+    INSERT INTO growth_rate_limits (transport, per_second, burst)
+    VALUES (%(transport)s, %(per_second)s, %(burst)s)
+    ON CONFLICT (transport) WHERE account_id IS NULL AND destination_id IS NULL
+    DO UPDATE SET per_second = EXCLUDED.per_second, burst = EXCLUDED.burst,
+                  version = growth_rate_limits.version
+                            + CASE WHEN (growth_rate_limits.per_second, growth_rate_limits.burst)
+                                        IS DISTINCT FROM (EXCLUDED.per_second, EXCLUDED.burst)
+                                   THEN 1 ELSE 0 END
+    RETURNING id, version, per_second, burst, throttled_to, xmax = 0 AS created
+), recorded AS (
+    INSERT INTO growth_rate_limit_changes (rate_limit_id, per_second, reason, version)
+    SELECT a.id, least(a.throttled_to, a.per_second),
+           %(reason)s::text || ': ' || a.per_second::text || '/s, burst ' || a.burst::text
+           || coalesce(' (was ' || coalesce(w.per_second::text || '/s', 'no rate')
+                       || ', burst ' || w.burst::text || ')', ''),
+           a.version
+      FROM applied a
+      LEFT JOIN was w ON true
+     WHERE a.created OR a.version <> coalesce(w.version, 1)
+)
+SELECT id FROM applied;
 
 -- configure --
 -- An operator's edit (growth.admin.limits) of what a bucket limits and how, saved only onto the
