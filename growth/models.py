@@ -18,6 +18,7 @@ from django.db.models.functions import Now
 
 from growth import job_ids
 from growth.audience.addresses import SMTPUTF8_REFUSAL, needs_smtputf8, parse_address
+from growth.managers.accounts import AccountManager
 from growth.managers.campaigns import CampaignManager
 from growth.managers.destinations import MailDomainManager
 from growth.managers.feedback import FeedbackEventManager
@@ -69,6 +70,11 @@ class Account(models.Model):
     warmup_until = models.PositiveIntegerField(
         "warm-up ends at", default=100_000, db_default=100_000,
         help_text="Messages a day past which the warm-up no longer caps anything.")
+    # What its change form shows (the fields above, its members), as of which version: an edit
+    # saves only onto the version its form was loaded from (growth.admin.account_edits)
+    version = models.PositiveIntegerField(db_default=1, editable=False)
+
+    objects = AccountManager()
 
     class Meta:
         db_table = "growth_accounts"

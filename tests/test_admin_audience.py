@@ -247,6 +247,7 @@ def test_a_superuser_manages_members_on_the_account_page(tenant):
         "warmup_daily_growth": "1.5", "warmup_until": "100000",
         "memberships-TOTAL_FORMS": "1", "memberships-INITIAL_FORMS": "0",
         "memberships-0-user": user.id, "memberships-0-role": "editor",
+        "seen_version": tenant.version,
     })
     assert response.status_code == 302
     assert Membership.objects.filter(user=user, account=tenant).exists()

@@ -381,7 +381,8 @@ def test_a_tenants_operator_sees_the_warmup_but_sets_only_the_time_zone(client, 
                                  "warmup_started_on": "2020-01-01"})
     assert "is not a time zone" in response.content.decode()
     client.post(url, {"name": tenant.name, "slug": tenant.slug, "from_email": tenant.from_email,
-                      "from_name": "", "time_zone": "Asia/Tokyo", "warmup_started_on": "2020-01-01"})
+                      "from_name": "", "time_zone": "Asia/Tokyo", "warmup_started_on": "2020-01-01",
+                      "seen_version": tenant.version})
     tenant.refresh_from_db()
     assert (tenant.time_zone, tenant.warmup_started_on) == ("Asia/Tokyo", None)
 

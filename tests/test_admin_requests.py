@@ -103,8 +103,8 @@ def test_renaming_an_account_does_not_tell_whether_another_tenant_has_the_slug(t
     answers = []
     for slug in (other_tenant.slug, "nobody-has-this-one"):
         response = client.post(url, {"name": tenant.name, "slug": slug,
-                                     "from_email": tenant.from_email, "from_name": "",
-                                     "time_zone": "UTC"})
+                                     "from_email": tenant.from_email, "from_name": tenant.from_name,
+                                     "time_zone": "UTC", "seen_version": tenant.version})
         answers.append(response.status_code)
         assert "already exists" not in response.content.decode()
     assert answers == [302, 302]

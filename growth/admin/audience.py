@@ -10,6 +10,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
 
+from growth.admin.account_edits import AccountEdits
 from growth.admin.pacing import warmup_schedule_html
 from growth.admin.scoping import IdSelection, ScopedRelatedFilter, TenantScopedAdmin, scoped_choices
 from growth.admin.widgets import TolerantAutocomplete
@@ -45,7 +46,7 @@ class MembershipInline(SuperuserOnly, TolerantAutocomplete, admin.TabularInline)
 
 
 @admin.register(Account)
-class AccountAdmin(SenderPanelMixin, TenantScopedAdmin):
+class AccountAdmin(AccountEdits, SenderPanelMixin, TenantScopedAdmin):
     account_field = "id"
     list_display = ["name", "slug", "from_email", "from_name"]
     search_fields = ["name", "slug", "from_email"]

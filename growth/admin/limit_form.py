@@ -1,7 +1,7 @@
 """The rate limit form: one of the scopes the table allows, something to limit, one bucket per
 scope, each refusal said in words (the database's constraints would say only their names); and
-the version of the limit it was loaded from, for the save's compare-and-set (a form older than
-the limit is refused, not saved over another operator's edit)."""
+what a form older than the limit is told (growth.admin.versioned: it is refused, not saved over
+another operator's edit)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from django import forms
 from django.db import IntegrityError
 
 from growth.admin.charts import clock
-from growth.admin.limit_history import configuration_text, last_edit, set_from_settings
+from growth.admin.limit_history import configuration_text, set_from_settings
+from growth.admin.versioned import edited_by, last_edit
 from growth.models import RateLimit
 
 SCOPES = ("a tenant, a provider, a tenant's mail to a provider, or a whole transport")
@@ -30,10 +31,6 @@ class LimitRefused(Exception):
     """The database refused the save (another operator's bucket got there first)."""
 
 
-class LimitChanged(Exception):
-    """The limit's configuration changed between the form's validation and its save."""
-
-
 def refusal(exc: IntegrityError) -> str:
     name = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
     return REFUSALS.get(name, f"The limit was refused: {exc}")
@@ -48,33 +45,19 @@ def changed_since(limit: RateLimit) -> str:
               f"{reset.reason})")
     else:
         edit = last_edit(limit)
-        by = ("" if edit is None else f" (the last edit in its History: "
-              f"{edit.user.get_username()}, {clock(edit.action_time, '%Y-%m-%d %H:%M:%S')})")
+        by = "" if edit is None else f" (the last edit in its History: {edited_by(edit)})"
     return (f"{'A worker' if reset else 'Someone'} changed this limit since you opened it{by}: "
             f"it is now {configuration_text(limit)}. Nothing was saved: reload the page to edit "
             "the limit as it is now.")
 
 
 class RateLimitForm(forms.ModelForm):
-    # The version of the limit the form was loaded from: the save is a compare-and-set on it.
-    seen_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
-
     class Meta:
         model = RateLimit
         fields = ["account", "destination", "transport", "per_second", "burst", "max_in_flight"]
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.instance.pk:
-            self.fields["seen_version"].initial = self.instance.version
-
     def clean(self):
         cleaned = super().clean()
-        # the instance is the row as this request read it: an edit saved since the form was
-        # loaded is refused here, and one saved after this check by the save's compare-and-set
-        if self.instance.pk and cleaned.get("seen_version") != self.instance.version:
-            self.add_error(None, changed_since(self.instance))
-            return cleaned
         if any(self.has_error(name) for name in ("account", "destination", "transport")):
             return cleaned
         account, destination = cleaned.get("account"), cleaned.get("destination")

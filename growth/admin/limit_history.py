@@ -1,15 +1,12 @@
 """A bucket's effective rate over time, from its RateLimitChange rows: a step chart of the last
 hours and its latest changes with their reasons. Three small statements, each bounded, on the
-(rate_limit, changed_at) index. And its configuration in words, with who made it what it is:
-the last edit its History (the admin's log) records, or the settings a worker applied since
-(in the history of its rate): what a refused edit is told."""
+(rate_limit, changed_at) index. And its configuration in words, and the settings a worker
+applied to it (in the history of its rate, not in its History): what a refused edit is told."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.contrib.admin.models import LogEntry
-from django.contrib.contenttypes.models import ContentType
 from django.utils.html import format_html, format_html_join
 
 from growth.admin.charts import BASE, PLOT, WIDTH, clock, frame
@@ -29,13 +26,6 @@ def configuration_text(limit: RateLimit) -> str:
     cap = ("no cap on the wire" if limit.max_in_flight is None
            else f"at most {limit.max_in_flight:,} on the wire")
     return f"{rate_text(limit.per_second)}, burst {limit.burst:g}, {cap}"
-
-
-def last_edit(limit: RateLimit) -> LogEntry | None:
-    """The newest entry of the bucket's History: who saved it last in the admin, and when."""
-    return (LogEntry.objects.filter(content_type=ContentType.objects.get_for_model(RateLimit),
-                                    object_id=str(limit.pk))
-            .select_related("user").order_by("-action_time", "-id").first())
 
 
 def set_from_settings(limit: RateLimit) -> RateLimitChange | None:

@@ -17,9 +17,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from growth.admin.charts import clock
-from growth.admin.limit_form import SCOPES, LimitChanged, LimitRefused, RateLimitForm, refusal
+from growth.admin.limit_form import SCOPES, LimitRefused, RateLimitForm, changed_since, refusal
 from growth.admin.limit_history import history, rate_text
 from growth.admin.scoping import TenantScopedAdmin
+from growth.admin.versioned import SEEN_VERSION, VersionChanged, VersionedAdmin
 from growth.admin.widgets import TolerantAutocomplete
 from growth.models import RateLimit, RateLimitChange
 
@@ -61,7 +62,7 @@ class ScopeFilter(admin.SimpleListFilter):
 
 
 @admin.register(RateLimit)
-class RateLimitAdmin(TolerantAutocomplete, TenantScopedAdmin):
+class RateLimitAdmin(VersionedAdmin, TolerantAutocomplete, TenantScopedAdmin):
     form = RateLimitForm
     list_display = ["applies_to", "configured", "burst", "effective_now", "max_in_flight",
                     "warmup_quota", "current_rate"]
@@ -79,16 +80,11 @@ class RateLimitAdmin(TolerantAutocomplete, TenantScopedAdmin):
             ("Applies to", {"fields": ["account", "destination", "transport"],
                             "description": f"One of: {SCOPES}. A provider is a mailbox "
                                            "provider (see Destinations)."}),
-            ("Limits", {"fields": ["per_second", "burst", "max_in_flight",
-                                   *(["seen_version"] if self._editing(request, obj) else [])]}),
+            ("Limits", {"fields": ["per_second", "burst", "max_in_flight"]}),
         ]
         if obj is not None:
             fieldsets.append(("Now", {"fields": ["effective_now", "warmup_quota", "adjusted_at"]}))
-        return fieldsets
-
-    def _editing(self, request, obj) -> bool:
-        """A limit's own page that saves: its form carries the version it was loaded from."""
-        return obj is not None and self.has_change_permission(request, obj)
+        return self.with_seen_fields(request, obj, fieldsets)
 
     def get_readonly_fields(self, request, obj=None):
         return ["effective_now", "warmup_quota", "adjusted_at"]
@@ -157,7 +153,7 @@ class RateLimitAdmin(TolerantAutocomplete, TenantScopedAdmin):
         try:
             with transaction.atomic():
                 if change:
-                    self._configure(obj, version=form.cleaned_data["seen_version"])
+                    self._configure(obj, version=form.cleaned_data[SEEN_VERSION])
                 else:
                     obj.save()
         except IntegrityError as exc:
@@ -180,19 +176,15 @@ class RateLimitAdmin(TolerantAutocomplete, TenantScopedAdmin):
             transport=obj.transport, per_second=obj.per_second, burst=obj.burst,
             max_in_flight=obj.max_in_flight)
         if configured is None:  # another edit was saved after this form's validation
-            raise LimitChanged
+            raise VersionChanged
         obj.version, obj.throttled_to = configured.version, configured.throttled_to
+
+    def changed_since(self, form) -> str:
+        return changed_since(form.instance)
 
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         try:
-            try:
-                return super().changeform_view(request, object_id, form_url, extra_context)
-            except LimitChanged:
-                # Rolled back. The form, validated again against the limit as it is now, refuses
-                # its older version in words, who changed it and to what (and if it was deleted,
-                # the admin says so): it cannot reach the save again, however many saves commit
-                # meanwhile (a version only grows, and it was past the form's at the lost save).
-                return super().changeform_view(request, object_id, form_url, extra_context)
+            return super().changeform_view(request, object_id, form_url, extra_context)
         except LimitRefused as exc:  # the transaction was rolled back
             self.message_user(request, f"Nothing was saved: {exc}", messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())

@@ -1,0 +1,74 @@
+"""Two editors of one account never save over each other: its change form, fields and members
+(the membership inline) together, is saved as one compare-and-set onto the version it was loaded
+from (growth.admin.versioned). A form older than the account is refused whole, an edit of its
+members only too, and told who saved the account last, when, and which of its fields differ from
+what it showed. Nothing else writes an account's version."""
+
+from __future__ import annotations
+
+from growth.admin.versioned import (
+    SEEN_VERSION,
+    VersionChanged,
+    VersionedAdmin,
+    VersionedForm,
+    edited_by,
+    last_edit,
+)
+from growth.models import Account
+
+# What the change form edits, all saved by the compare-and-set (a field added to the form and
+# not here would be dropped silently: a test holds the two alike)
+EDITED = ("name", "slug", "from_email", "from_name", "time_zone", "warmup_started_on",
+          "warmup_daily_start", "warmup_daily_growth", "warmup_until")
+
+
+def save_edit(account: Account, *, version: int, memberships_changed: bool) -> None:
+    """Save the form's values of ``account`` onto ``version``; raise VersionChanged when the
+    account is no longer at it (nothing written)."""
+    saved = Account.objects.edit(account.pk, version=version,
+                                 memberships_changed=memberships_changed,
+                                 **{name: getattr(account, name) for name in EDITED})
+    if saved is None:
+        raise VersionChanged
+    account.version = saved
+
+
+def _value_text(value) -> str:
+    return "empty" if value in (None, "") else f"“{value}”"
+
+
+def changed_since(form: VersionedForm) -> str:
+    """What an editor whose form is older than the account is told."""
+    edit = last_edit(form.instance)
+    by = ("" if edit is None
+          else f" (the last save in its History: {edited_by(edit)}: {edit.get_change_message()})")
+    changed = form.changed_since_seen()
+    if changed:
+        what = " What differs from the page you opened: " + "; ".join(
+            f"{form[name].label} is now {_value_text(form[name].initial)}"  # as this request read it
+            for name in changed) + "."
+    elif changed == []:
+        what = " None of the fields you see differs from the page you opened."
+    else:
+        what = ""
+    return (f"Someone changed this account since you opened it{by}.{what} Nothing was saved, "
+            "its members neither: what you typed is still below. Reload the page to see the "
+            "account as it is now, and make your changes again.")
+
+
+class AccountEdits(VersionedAdmin):
+    """For the account's ModelAdmin (before its base class)."""
+
+    def save_model(self, request, obj, form, change):
+        # a change is saved with its inlines, in save_related, where they are known
+        if not change:
+            super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
+        if change:
+            save_edit(form.instance, version=form.cleaned_data[SEEN_VERSION],
+                      memberships_changed=any(formset.has_changed() for formset in formsets))
+        super().save_related(request, form, formsets, change)
+
+    def changed_since(self, form: VersionedForm) -> str:
+        return changed_since(form)
