@@ -21,6 +21,7 @@ from growth.audience.addresses import SMTPUTF8_REFUSAL, needs_smtputf8, parse_ad
 from growth.managers.accounts import AccountManager
 from growth.managers.campaigns import CampaignManager
 from growth.managers.destinations import MailDomainManager
+from growth.managers.domains import SendingDomainManager
 from growth.managers.feedback import FeedbackEventManager
 from growth.managers.leases import LeaseManager
 from growth.managers.ledger import SendLedgerManager
@@ -102,6 +103,12 @@ class SendingDomain(models.Model):
     algorithm = models.CharField(max_length=16, choices=Algorithm.choices, default=Algorithm.RSA)
     private_key = models.TextField(help_text="PEM (RSA) or base64 (Ed25519). Never shown again.")
     created_at = models.DateTimeField(db_default=Now(), editable=False)
+    # When the DNS was last found publishing this key (its owner's proof of control of the
+    # domain: growth.deliverability.sender_domains); a database trigger clears it when the
+    # account, domain, selector, algorithm or key changes.
+    verified_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = SendingDomainManager()
 
     class Meta:
         db_table = "growth_sending_domains"

@@ -1,5 +1,5 @@
-"""A real DNS server on loopback (UDP, dnspython) for the tests: MX records from a dict, NXDOMAIN
-for every other name, SERVFAIL for names told to fail, or no answer at all (a dead resolver).
+"""A real DNS server on loopback (UDP, dnspython) for the tests: MX and TXT records from dicts,
+NXDOMAIN for every other name, SERVFAIL for names told to fail, or no answer at all (a dead resolver).
 It records every question it is asked."""
 
 from __future__ import annotations
@@ -15,15 +15,19 @@ import dns.name
 import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
+import dns.rdtypes.ANY.TXT
 import dns.rrset
 
 
 class DnsServer:
     def __init__(self, mx: dict[str, list[tuple[int, str]]] | None = None, *,
+                 txt: dict[str, list[str]] | None = None,
                  servfail: Iterable[str] = (), silent: bool = False) -> None:
-        """``mx``: {domain: [(preference, host), ...]} ([] for a name without MX);
-        ``servfail``: names answered SERVFAIL; ``silent``: never answer anything."""
+        """``mx``: {domain: [(preference, host), ...]} ([] for a name without MX); ``txt``:
+        {name: [record, ...]}, each record sent as strings of at most 255 octets (changeable
+        while it serves); ``servfail``: names answered SERVFAIL; ``silent``: never answer."""
         self.mx = {name.lower().rstrip("."): records for name, records in (mx or {}).items()}
+        self.txt = {name.lower().rstrip("."): records for name, records in (txt or {}).items()}
         self.servfail = {name.lower().rstrip(".") for name in servfail}
         self.silent = silent
         self.questions: list[str] = []  # the names asked, in order
@@ -75,10 +79,16 @@ class DnsServer:
         response.flags |= dns.flags.RA
         if name in self.servfail:
             response.set_rcode(dns.rcode.SERVFAIL)
-        elif name not in self.mx:
+        elif name not in self.mx and name not in self.txt:
             response.set_rcode(dns.rcode.NXDOMAIN)
-        elif rdtype == dns.rdatatype.MX and self.mx[name]:
+        elif rdtype == dns.rdatatype.MX and self.mx.get(name):
             records = [f"{preference} {host}." for preference, host in self.mx[name]]
             response.answer.append(dns.rrset.from_text_list(
                 dns.name.from_text(name), 300, dns.rdataclass.IN, dns.rdatatype.MX, records))
+        elif rdtype == dns.rdatatype.TXT and self.txt.get(name):
+            records = [dns.rdtypes.ANY.TXT.TXT(
+                dns.rdataclass.IN, dns.rdatatype.TXT,
+                [record.encode()[i:i + 255] for i in range(0, len(record.encode()), 255)])
+                for record in self.txt[name]]
+            response.answer.append(dns.rrset.from_rdata_list(dns.name.from_text(name), 300, records))
         return response

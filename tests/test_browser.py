@@ -20,6 +20,7 @@ from growth.operations.campaigns import approve_campaign
 from growth.sending.unsubscribe import make_token
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
 from tests.scenarios import member, operator, sending_campaign
+from tests.test_sender_domains import sending_domain
 
 PHONE = {"width": 375, "height": 740}
 
@@ -485,6 +486,7 @@ def test_an_operator_corrects_the_sender_a_provider_refused_and_resumes_the_camp
                                 account__from_name="Acme")
     Campaign.objects.pause(campaign_id=campaign.id, reason=refusal_reason(
         "422 The 'From' address you supplied is not a Sender Signature on your account."))
+    sending_domain(campaign.account, "acme.example")  # a tenant sends from its verified domains
     operator(campaign.account, username="olga")
     log_in(page, reverse("admin:growth_account_change", args=[campaign.account_id]), "olga")
     expect(page.locator("fieldset").first).to_contain_text(
@@ -505,6 +507,43 @@ def test_an_operator_corrects_the_sender_a_provider_refused_and_resumes_the_camp
     expect(sends_as).to_contain_text("Acme <letters@acme.example>")
     campaign.refresh_from_db()
     assert (campaign.status, campaign.from_email) == ("sending", "letters@acme.example")
+
+
+def test_a_tenant_verifies_its_domain_in_dns_then_sends_from_it(page, settings):
+    from playwright.sync_api import expect
+
+    from tests.dns_server import DnsServer
+    from tests.test_sender_domains import record_of
+
+    account = AccountFactory(name="Acme")
+    domain = sending_domain(account, "acme.example", verified=False)
+    operator(account, username="olga")
+    dns = DnsServer(txt={"zy1._domainkey.acme.example": [record_of(domain.private_key)]}).start()
+    settings.DELIVERABILITY_DNS = dns.address
+    try:
+        log_in(page, reverse("admin:growth_account_change", args=[account.pk]), "olga")
+        page.fill("#id_from_email", "letters@acme.example")
+        page.get_by_role("button", name="Save", exact=True).click()
+        expect(page.locator(".errorlist")).to_contain_text(
+            "acme.example is not one of this account's verified sending domains")
+        shot(page, "admin-account-sender-refused")
+
+        page.goto(reverse("admin:growth_sendingdomain_change", args=[domain.pk]))
+        expect(page.locator(".field-verification")).to_contain_text("not yet")
+        page.get_by_role("button", name="Verify in DNS").click()
+        expect(page.locator(".messagelist")).to_contain_text(
+            "acme.example (TXT zy1._domainkey.acme.example): verified.")
+        expect(page.locator(".field-verification")).to_contain_text("verified 2")
+        shot(page, "admin-sending-domain-verified")
+    finally:
+        dns.stop()
+
+    page.goto(reverse("admin:growth_account_change", args=[account.pk]))
+    page.fill("#id_from_email", "letters@acme.example")
+    page.get_by_role("button", name="Save", exact=True).click()
+    expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
+    account.refresh_from_db()
+    assert account.from_email == "letters@acme.example"
 
 
 def test_an_operator_told_the_messages_are_too_large_resends_a_smaller_one_to_the_rest(page):

@@ -343,3 +343,7 @@ REPUTATION_CHECK_EVERY = env_number("REPUTATION_CHECK_EVERY", default=30.0)  # s
 # check_sender / the account page's readiness panel: the public addresses mail leaves the relay
 # from, to check that SPF authorizes them (unset: SPF is reported, the relay not checked).
 DELIVERABILITY_RELAY_IPS = env.list("DELIVERABILITY_RELAY_IPS", default=[])
+# The DNS that check_sender, the account page's panel and a sending domain's "Verify in DNS" read:
+# "system" (resolv.conf), or nameservers as host[:port],...
+DELIVERABILITY_DNS = env.str("DELIVERABILITY_DNS", default="system")
+DELIVERABILITY_DNS_TIMEOUT = env_number("DELIVERABILITY_DNS_TIMEOUT", default=3.0)  # seconds a lookup

@@ -17,8 +17,10 @@ from growth.admin.widgets import TolerantAutocomplete
 from growth.audience.address_files import UnreadableFile, read_csv
 from growth.audience.addresses import parse_address
 from growth.audience.imports import IMPORTABLE_STATUSES, import_subscribers
+from growth.deliverability.sender_domains import sender_refusal
 from growth.models import Account, Membership, Segment, Subscriber, Suppression
 from growth.reputation.admin import SenderPanelMixin
+from growth.sending.sender import sender_address
 
 WARMUP_FIELDS = ["warmup_started_on", "warmup_daily_start", "warmup_daily_growth", "warmup_until"]
 
@@ -45,8 +47,41 @@ class MembershipInline(SuperuserOnly, TolerantAutocomplete, admin.TabularInline)
     autocomplete_fields = ["user"]
 
 
+class AccountForm(forms.ModelForm):
+    """The account's sender is held to ``sender_domains.sender_refusal`` when it changes: a
+    tenant's member is refused, an operator only warned (``sender_warning``), unless the domain
+    is another account's verified one."""
+
+    user_is_superuser = False  # set by the ModelAdmin on the form class it builds per request
+    sender_warning = ""
+
+    def clean_from_email(self) -> str:
+        value = self.cleaned_data["from_email"]
+        if self.instance.pk and "from_email" not in self.changed_data:
+            return value  # a sender saved before the rule does not hold up an edit of the rest
+        try:
+            sender_address(value)
+        except ValidationError:
+            return value  # the model's validator says what is wrong with it
+        refusal = sender_refusal(account_id=self.instance.pk, address=value)
+        if refusal is None:
+            return value
+        if not self.user_is_superuser:
+            raise ValidationError(f"{value} cannot be this account's sender: {refusal.reason}")
+        if refusal.owner_id is not None:
+            owner = Account.objects.filter(pk=refusal.owner_id).first()
+            raise ValidationError(
+                f"{refusal.domain} is a verified sending domain of another account ({owner}). "
+                "To send from it here too, add it to this account's sending domains (with its "
+                "own selector and key) and verify it in DNS.")
+        self.sender_warning = (f"Saved as an operator, though the rule for tenants refuses it: "
+                               f"{refusal.reason}")
+        return value
+
+
 @admin.register(Account)
 class AccountAdmin(AccountEdits, SenderPanelMixin, TenantScopedAdmin):
+    form = AccountForm
     account_field = "id"
     list_display = ["name", "slug", "from_email", "from_name"]
     search_fields = ["name", "slug", "from_email"]
@@ -72,6 +107,16 @@ class AccountAdmin(AccountEdits, SenderPanelMixin, TenantScopedAdmin):
 
     def get_prepopulated_fields(self, request, obj=None):
         return self.prepopulated_fields if request.user.is_superuser else {}  # slug: read only
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.user_is_superuser = request.user.is_superuser
+        return form
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)  # a change is saved here
+        if form.sender_warning:
+            self.message_user(request, form.sender_warning, messages.WARNING)
 
     def has_add_permission(self, request):
         return request.user.is_superuser  # a new tenant is not a member's decision

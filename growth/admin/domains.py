@@ -5,7 +5,9 @@ those of the accounts it edits (a viewer only reads them), within its model perm
 private key is written, never read back: its field is empty on every page (a blank field on a
 change keeps the stored key), a viewer's read-only page leaves it out, and what is saved is
 checked first (it parses with the chosen algorithm, an RSA key has 2048 bits or more, a probe
-signature verifies against it). A domain's page shows the TXT record to publish.
+signature verifies against it). A domain's page shows the TXT record to publish, and "Verify in
+DNS" (a button there, an action on the list) checks that it is published: a tenant may send from
+its domain only once it is verified (growth.deliverability.sender_domains).
 """
 
 from __future__ import annotations
@@ -15,17 +17,25 @@ import re
 import idna
 from django import forms
 from django.conf import settings
-from django.contrib import admin
-from django.core.exceptions import ValidationError
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
+from dns.exception import DNSException
 
 from growth.admin.scoping import TenantScopedAdmin
+from growth.deliverability import sender_domains
+from growth.deliverability.readiness import default_resolver
 from growth.models import SendingDomain
 from growth.sending import dkim
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _SELECTOR = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\Z")  # RFC 6376 §3.1: DNS labels
 KEY_FIELD = "private_key"
+PROOF_FIELDS = ["account", "domain", "selector", "algorithm", KEY_FIELD]
+VERIFY_DNS_BUDGET = 20.0  # seconds for every lookup of one "Verify in DNS"
 
 
 class WriteOnlyTextarea(forms.Textarea):
@@ -102,11 +112,14 @@ class SendingDomainForm(forms.ModelForm):
 @admin.register(SendingDomain)
 class SendingDomainAdmin(TenantScopedAdmin):
     form = SendingDomainForm
-    list_display = ["domain", "selector", "algorithm", "owner", "dns_name", "created_at"]
+    list_display = ["domain", "selector", "algorithm", "owner", "dns_name", "verification",
+                    "created_at"]
     list_filter = ["algorithm"]
     list_select_related = ["account"]
     search_fields = ["domain", "selector", "account__name"]
-    readonly_fields = ["dns_name", "dns_record", "created_at"]
+    readonly_fields = ["dns_name", "dns_record", "verification", "created_at"]
+    actions = ["verify_in_dns"]
+    change_form_template = "growth/admin/sendingdomain_change_form.html"
 
     def get_fieldsets(self, request, obj=None):
         fields = ["account", "domain", "selector", "algorithm"]
@@ -115,10 +128,66 @@ class SendingDomainAdmin(TenantScopedAdmin):
         fieldsets = [(None, {"fields": fields})]
         if obj is not None:
             fieldsets.append(("Publish in DNS", {
-                "fields": ["dns_name", "dns_record", "created_at"],
+                "fields": ["dns_name", "dns_record", "verification", "created_at"],
                 "description": "Receivers look the public key up here: publish this TXT record "
-                               "before mail goes out signed with this key."}))
+                               "before mail goes out signed with this key, then “Verify in DNS”: "
+                               "the account may send from the domain once it is verified."}))
         return fieldsets
+
+    def save_model(self, request, obj, form, change):
+        if change:  # verified_at is the DNS check's alone (a trigger clears it on a change)
+            obj.save(update_fields=PROOF_FIELDS)
+        else:
+            obj.save()
+
+    # --- verify in DNS ----------------------------------------------------------------------
+
+    def get_urls(self):
+        return [
+            path("<path:object_id>/verify/", self.admin_site.admin_view(self.verify_view),
+                 name="growth_sendingdomain_verify"),
+            *super().get_urls(),
+        ]
+
+    def verify_view(self, request, object_id):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        domain = self.get_object(request, object_id)  # another tenant's: 404
+        if not self.has_change_permission(request, domain):
+            raise PermissionDenied
+        self._verify(request, [domain])
+        return HttpResponseRedirect(reverse("admin:growth_sendingdomain_change", args=[domain.pk]))
+
+    @admin.action(description="Verify in DNS", permissions=["change"])
+    def verify_in_dns(self, request, queryset):
+        self._verify(request, list(queryset.select_related("account").order_by("domain", "id")))
+
+    def _verify(self, request, domains) -> None:
+        """Check each domain's key in DNS, record and say the outcome, in its History too."""
+        try:
+            resolver = default_resolver(timeout=settings.DELIVERABILITY_DNS_TIMEOUT,
+                                        budget=VERIFY_DNS_BUDGET)
+        except (DNSException, OSError, ValueError) as exc:  # no resolv.conf, a malformed setting
+            self.message_user(request, f"Nothing verified: no DNS resolver (DELIVERABILITY_DNS "
+                              f"{settings.DELIVERABILITY_DNS!r}: {exc}).", messages.ERROR)
+            return
+        levels = {True: messages.SUCCESS, False: messages.ERROR, None: messages.WARNING}
+        for domain in domains:
+            outcome = sender_domains.verify(domain=domain, resolver=resolver)
+            self.log_change(request, domain, f"Verify in DNS: {outcome.message}")
+            self.message_user(request, outcome.message, levels[outcome.verified])
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None and self.has_change_permission(request, obj):
+            context["verify_url"] = reverse("admin:growth_sendingdomain_verify", args=[obj.pk])
+        return super().render_change_form(request, context, add=add, change=change,
+                                          form_url=form_url, obj=obj)
+
+    @admin.display(description="verified in DNS", ordering="verified_at")
+    def verification(self, obj):
+        if obj.verified_at is None:
+            return "not yet"
+        return f"verified {timezone.localtime(obj.verified_at):%Y-%m-%d %H:%M}"
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)

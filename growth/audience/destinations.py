@@ -30,7 +30,6 @@ be down for ``DNS_DOWN_SECONDS``: no lookup is tried until then, every domain is
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import re
 import time
@@ -43,7 +42,7 @@ import dns.nameserver
 import dns.resolver
 from django.conf import settings
 
-from growth.deliverability.dns_checks import organizational_domain
+from growth.deliverability.dns_checks import nameserver_address, organizational_domain
 from growth.managers.destinations import MAIL_DOMAINS, Classification
 
 logger = logging.getLogger(__name__)
@@ -246,23 +245,11 @@ def _resolver(spec: str, timeout: float) -> dns.resolver.Resolver:
     else:
         resolver = dns.resolver.Resolver(configure=False)
         resolver.nameservers = [dns.nameserver.Do53Nameserver(host, port)
-                                for host, port in map(_host_port, spec.split(","))]
+                                for host, port in map(nameserver_address, spec.split(","))]
     # one try per lookup: a retry inside the lifetime would only hide a dead server longer
     resolver.timeout = resolver.lifetime = timeout
     resolver.cache = None
     return resolver
-
-
-def _host_port(entry: str) -> tuple[str, int]:
-    """(address, port) of one nameserver; ValueError unless the address is an IP address."""
-    entry = entry.strip()
-    host, port = entry, "53"
-    if entry.startswith("["):
-        host, _, port = entry[1:].partition("]")
-        port = port.removeprefix(":") or "53"
-    elif entry.count(":") == 1:
-        host, port = entry.split(":")
-    return str(ipaddress.ip_address(host)), int(port)
 
 
 def _mx_hosts(resolver: dns.resolver.Resolver, name: str, lifetime: float) -> list[str]:

@@ -62,6 +62,7 @@ class Check:
     summary: str
     details: list[str] = field(default_factory=list)
     publish: str = ""  # what to publish or change, when something is to be done
+    found: list[str] = field(default_factory=list)  # the records looked at, as published
 
     @property
     def failing(self) -> bool:
@@ -85,12 +86,21 @@ class Resolver(Protocol):
 
 class DnsResolver:
     """The real DNS, through dnspython, each query within ``timeout`` seconds and all of them
-    within ``budget`` (a page that runs these checks must not hang on a dead resolver)."""
+    within ``budget`` (a page that runs these checks must not hang on a dead resolver).
+    ``nameservers``: "system" (resolv.conf), or host[:port],... (IPv6 as [addr]:port)."""
 
-    def __init__(self, *, timeout: float = 3.0, budget: float = 20.0) -> None:
+    def __init__(self, *, timeout: float = 3.0, budget: float = 20.0,
+                 nameservers: str = "system") -> None:
+        import dns.nameserver
         import dns.resolver
 
-        self._resolver = dns.resolver.Resolver()
+        if nameservers.strip().lower() == "system":
+            self._resolver = dns.resolver.Resolver()
+        else:
+            self._resolver = dns.resolver.Resolver(configure=False)
+            self._resolver.nameservers = [
+                dns.nameserver.Do53Nameserver(host, port)
+                for host, port in map(nameserver_address, nameservers.split(","))]
         self.timeout = timeout
         self._deadline = time.monotonic() + budget
 
@@ -120,6 +130,19 @@ class DnsResolver:
 
     def mx(self, name: str) -> list[str]:
         return [str(a.exchange).rstrip(".").lower() for a in self._answers(name, "MX")]
+
+
+def nameserver_address(entry: str) -> tuple[str, int]:
+    """(address, port) of one nameserver given as host[:port] ([addr]:port for IPv6);
+    ValueError unless the address is an IP address."""
+    entry = entry.strip()
+    host, port = entry, "53"
+    if entry.startswith("["):
+        host, _, port = entry[1:].partition("]")
+        port = port.removeprefix(":") or "53"
+    elif entry.count(":") == 1:
+        host, port = entry.split(":")
+    return str(ipaddress.ip_address(host)), int(port)
 
 
 # --- domains -----------------------------------------------------------------------------------
@@ -394,27 +417,30 @@ def check_dkim(resolver: Resolver, key: DkimKey) -> Check:
                      publish=wanted or f"the public key of {key.source or 'this key'} at {subject}")
     if len(records) > 1:
         return Check("DKIM", subject, MISALIGNED, f"{len(records)} key records: verifiers may take "
-                     "either", details=[*details, *records], publish=wanted or "keep one record")
+                     "either", details=[*details, *records], publish=wanted or "keep one record",
+                     found=records)
     found = tags(records[0])
     published = "".join(found.get("p", "").split())
     if found.get("v", "DKIM1") != "DKIM1":
         return Check("DKIM", subject, MISALIGNED, f"v={found['v']} is not DKIM1", details=details,
-                     publish=wanted)
+                     publish=wanted, found=records)
     if not published:
         return Check("DKIM", subject, MISSING, "the key is revoked (empty p=)", details=details,
-                     publish=wanted)
+                     publish=wanted, found=records)
     if found.get("k", "rsa").lower() != kind:
         return Check("DKIM", subject, MISALIGNED, f"k={found.get('k', 'rsa')} published, but the key "
-                     f"is {kind}: every signature fails", details=details, publish=wanted)
+                     f"is {kind}: every signature fails", details=details, publish=wanted,
+                     found=records)
     if "y" in found.get("t", "").split(":"):
         details.append("t=y: testing mode, some receivers treat the signature as absent")
     if unreadable:
         return Check("DKIM", subject, WARN, f"a record is published, but our private key cannot "
-                     f"be read to compare it: {unreadable}", details=details)
+                     f"be read to compare it: {unreadable}", details=details, found=records)
     if not keys.same_key(published, expected, key.algorithm):
         return Check("DKIM", subject, MISALIGNED, "the published key is not the one we sign with: "
-                     "every signature fails", details=details, publish=wanted)
-    return Check("DKIM", subject, OK, f"the published {kind} key matches ours", details=details)
+                     "every signature fails", details=details, publish=wanted, found=records)
+    return Check("DKIM", subject, OK, f"the published {kind} key matches ours", details=details,
+                 found=records)
 
 
 # --- DMARC -------------------------------------------------------------------------------------

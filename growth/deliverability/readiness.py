@@ -74,7 +74,7 @@ def post_probe(url: str, timeout: float) -> tuple[int, str]:
 
 
 def default_resolver(timeout: float = 3.0, budget: float = 20.0) -> Resolver:
-    return DnsResolver(timeout=timeout, budget=budget)
+    return DnsResolver(timeout=timeout, budget=budget, nameservers=settings.DELIVERABILITY_DNS)
 
 
 @dataclass
