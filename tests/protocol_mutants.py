@@ -12,6 +12,12 @@ import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+# The settle's judgement of the receiver's answer that another message holds our key
+# (sends._settled_outcome, which both protocols' settles share), and a mutant of it.
+_KEY_TAKEN_IN_DOUBT = "WHEN r.outcome IN ('in_doubt', 'key_taken', 'forgotten') THEN 'unknown'"
+_KEY_TAKEN_RETRIED = ("WHEN r.outcome = 'key_taken' THEN 'queued'\n"
+                      "    WHEN r.outcome IN ('in_doubt', 'forgotten') THEN 'unknown'")
+
 # name: ("<file>.<block>" of growth/managers/<file>.sql, text found in the loaded statement,
 #        the text that replaces it)
 MUTANTS: dict[str, tuple[str, str, str]] = {
@@ -34,6 +40,10 @@ MUTANTS: dict[str, tuple[str, str, str]] = {
         "ORDER BY s.email_lower, s.id"),
     "hand_over_marks_sent": (
         "sends.hand_over", "ELSE 'sending' END", "ELSE 'sent' END"),
+    # the receiver holds another message under the key, and the row is queued again (due at
+    # once) as if it were a failure to retry, not left 'unknown' for an operator
+    "settle_retries_key_taken": (
+        "sends.settle", _KEY_TAKEN_IN_DOUBT, _KEY_TAKEN_RETRIED),
 }
 
 # Mutants that no test can catch, with why; verify/check.py --stateful names them and runs none.
@@ -67,6 +77,10 @@ LEASE_MUTANTS: dict[str, tuple[str, str, str]] = {
     "lease_claim_ignores_the_cursor": (
         "leases.claim", "(%(campaign_id)s, (SELECT claimed_to FROM cursor))",
         "(%(campaign_id)s, 0)"),
+    # a receiver that de-duplicates holds another message under the key, and the lease's settle
+    # queues the row again instead of leaving it 'unknown' for an operator
+    "lease_settle_retries_key_taken": (
+        "leases.settle", _KEY_TAKEN_IN_DOUBT, _KEY_TAKEN_RETRIED),
 }
 
 

@@ -53,6 +53,12 @@ IN_DOUBT = "in_doubt"
 DIES, STALLS = "dies", "stalls past its lease"
 RAISES = "a wire raises"  # the worker settles what was answered: the rest has no outcome
 FATES = (SENT, TRANSIENT, REFUSED, IN_DOUBT, PERMANENT, DIES, STALLS, RAISES)
+# A receiver that de-duplicates may hold another message under our key (an earlier one of ours
+# whose body differs, or another sender's): it refuses ours, and every later one under the key.
+# A plain receiver keeps no keys. A worker that de-duplicates sends a chunk only while its claim's
+# lease holds (Batch.within_lease): past it, what it has not sent is settled unsent.
+KEY_TAKEN, UNSENT = "key_taken", "unsent"
+IDEMPOTENT_FATES = (*FATES, KEY_TAKEN, UNSENT)
 FINAL = {"sent", "failed", "suppressed", "unknown", "cancelled"}
 
 
@@ -81,6 +87,12 @@ class LeaseProtocol(RuleBasedStateMachine):
         self.fresh: Counter[str] = Counter()
         self.requeued: Counter[int] = Counter()  # row -> the operator's requeues
         self.delivered: set[str] = set()  # job ids the recipient got at least once
+        # job ids under which the receiver holds a message other than ours as we send it now:
+        # every message of ours under one is refused (what it delivered before stays delivered)
+        self.taken: set[str] = set()
+        # row -> the operator's requeues of it when a settle recorded that its key was taken
+        # (P7: until the operator requeues it, it stays 'unknown' and no claim takes it)
+        self.key_taken: dict[int, int] = {}
         self.opted_out_at: dict[str, int] = {}  # address -> clock when its opt-out committed
         self.cancelled = False
 
@@ -127,7 +139,9 @@ class LeaseProtocol(RuleBasedStateMachine):
         after the check: the worker settles the rows answered, the rest without an outcome. Or it
         dies (its
         memory is lost, its lease stays until it expires), or stalls: its lease runs out and is
-        recovered before its move."""
+        recovered before its move. An idempotent receiver may hold another message under a key
+        (KEY_TAKEN), and an idempotent worker's lease may run out by its own clock before the
+        rest of its rows go out (UNSENT)."""
         hand = self.hands[worker]
         if fate == DIES:
             if hand is not None:
@@ -142,6 +156,11 @@ class LeaseProtocol(RuleBasedStateMachine):
             self._settle(worker, hand, answered_only=True)
         elif not hand.checked_at:
             self._check(worker, hand)
+        elif hand.to_send and fate == UNSENT:  # the lease ran out by the worker's clock
+            hand.outcomes.update(dict.fromkeys([row["id"] for row in hand.to_send], UNSENT))
+            note(f"{worker}'s lease {hand.lease_id} runs out before the wire: "
+                 f"{sorted(row['id'] for row in hand.to_send)} unsent")
+            hand.to_send = []
         elif hand.to_send:
             self._send(worker, hand, SENT if fate == STALLS else fate)
         else:
@@ -212,6 +231,19 @@ class LeaseProtocol(RuleBasedStateMachine):
                 assert status != "sent" or self.job[row_id] in self.delivered, (
                     f"row {row_id} is sent and was never delivered")
 
+    @invariant()
+    def a_row_whose_key_was_taken_waits_for_an_operator(self) -> None:  # P7
+        """A row settled on the receiver's answer that another message holds its key stays
+        'unknown' until the operator requeues it (no claim takes it meanwhile: _claim)."""
+        if hasattr(self, "ids"):
+            for row_id, status in self._sql_raw("SELECT id, status FROM dir_sends"):
+                assert not self._key_taken_undecided(row_id) or status == "unknown", (
+                    f"P7: row {row_id}'s key is taken, the operator did not requeue it, "
+                    f"and it is {status}")
+
+    def _key_taken_undecided(self, row_id: int) -> bool:
+        return self.key_taken.get(row_id) == self.requeued[row_id]
+
     def teardown(self) -> None:
         """Run the campaign to its end (every lease recovered, one worker that never dies), then
         every row must be final, and P1 still hold."""
@@ -244,6 +276,10 @@ class LeaseProtocol(RuleBasedStateMachine):
         hand = Hand(lease_id=rows[0]["lease_id"], rows=rows,
                     epoch={row["id"]: self.requeued[row["id"]] for row in rows})
         hand.outcomes = {row["id"]: "suppressed" for row in rows if row["status"] == "suppressed"}
+        taken = [row["id"] for row in rows
+                 if row["status"] == "queued" and self._key_taken_undecided(row["id"])]
+        assert not taken, (f"P7: lease {hand.lease_id} holds rows {taken} to send, whose key the "
+                           f"receiver said was taken, with no requeue by the operator since")
         self.hands[worker] = hand
         note(f"{worker} claims lease {hand.lease_id}: {sorted(r['id'] for r in rows)}")
         return True
@@ -269,10 +305,17 @@ class LeaseProtocol(RuleBasedStateMachine):
     def _send(self, worker: str, hand: Hand, fate: str) -> None:
         row = hand.to_send.pop(0)
         job, address = row["job_id"], self.address[row["id"]]
-        if fate in (SENT, IN_DOUBT):
+        if fate in (SENT, IN_DOUBT, KEY_TAKEN):
             opted_out = self.opted_out_at.get(address)
             assert opted_out is None or opted_out > hand.checked_at, (  # P3
                 f"{address} opted out before the last check and got {job}")
+        if fate == KEY_TAKEN or (fate in (SENT, IN_DOUBT) and job in self.taken):
+            # refused: nothing of ours is delivered (the answer to an IN_DOUBT is lost)
+            assert self.idempotent, "a receiver that keeps no keys holds nothing under one"
+            self.taken.add(job)
+            fate = KEY_TAKEN if fate != IN_DOUBT else fate
+            note(f"{worker} sends row {row['id']}: the receiver holds another message under {job}")
+        elif fate in (SENT, IN_DOUBT):
             absorbed = self.idempotent and job in self.delivered
             if not absorbed and hand.epoch[row["id"]] == self.requeued[row["id"]]:
                 self.fresh[job] += 1
@@ -289,6 +332,14 @@ class LeaseProtocol(RuleBasedStateMachine):
                                               lease_id=hand.lease_id)
         note(f"{worker} settles lease {hand.lease_id} {hand.outcomes}: {settled}")
         self.hands[worker] = None
+        for row_id, status in settled.items():  # the rows the settle wrote, still its lease's
+            if hand.outcomes.get(row_id) == KEY_TAKEN:
+                assert status == "unknown", (
+                    f"P7: row {row_id}, answered that its key is taken, was settled {status}")
+                self.key_taken[row_id] = self.requeued[row_id]
+            elif hand.outcomes.get(row_id) == UNSENT:
+                assert status in ("queued", "cancelled"), (
+                    f"row {row_id}, never put on the wire, was settled {status}")
 
     def _expire(self, worker: str | None) -> None:
         with connection.cursor() as cursor:
@@ -312,6 +363,12 @@ class PlainReceiver(LeaseProtocol):
 
 class IdempotentReceiver(LeaseProtocol):
     idempotent = True
+
+    # the same move, with what only a receiver that de-duplicates (and its worker) may answer
+    @rule(worker=st.sampled_from(WORKERS), fate=st.sampled_from(IDEMPOTENT_FATES),
+          share=st.sampled_from([None, 0, 1]))
+    def worker_moves(self, worker: str, fate: str, share: int | None) -> None:
+        super().worker_moves(worker, fate, share)
 
 
 RUN = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,

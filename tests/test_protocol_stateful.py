@@ -74,11 +74,20 @@ OPEN = {Send.Status.QUEUED, Send.Status.SENDING}
 # dies just before or just after the move (a send: before or after the wire); or it stalls past
 # its lease instead of moving, and another replica recovers its rows meanwhile.
 DIES_BEFORE, DIES_AFTER, STALLS = "dies before its move", "dies after its move", "stalls past its lease"
+# A worker that de-duplicates sends a chunk only while its claim's lease holds (by its own clock,
+# which runs out no later than the database's: Batch.within_lease): past it, the rows it has not
+# put on the wire yet are settled unsent (Outcome.UNSENT), as if each row were a chunk of its own.
+RUNS_OUT = "its lease runs out before the wire"
 # A refusal of us gives its attempt back as a throttle does, but is due again at once. A message
 # in doubt went out whole and its answer was lost: the worker settles it 'in_doubt' for a plain
 # receiver, 'in_doubt_retried' for one that de-duplicates.
 FATES = (Outcome.SENT, Outcome.TRANSIENT, Outcome.THROTTLED, Outcome.REFUSED, Outcome.PERMANENT,
          Outcome.IN_DOUBT, DIES_BEFORE, DIES_AFTER, STALLS)
+# A receiver that de-duplicates keeps messages by key, and may hold another message under ours
+# (Outcome.KEY_TAKEN: an earlier try of ours whose body differs, or another sender's). A plain
+# receiver keeps no keys: it never answers so (an ESP with keys whose window is shorter than a
+# lease is treated as plain, and could: sends.sql makes its row 'unknown' as well, unmodelled).
+IDEMPOTENT_FATES = (*FATES, Outcome.KEY_TAKEN, RUNS_OUT)
 
 # (segment, address as typed). CY@ and cy@ are one address in two segments; the setup makes the
 # later row (cy@) the older subscriber, so the build must pick it over the lower id.
@@ -104,6 +113,10 @@ MEANWHILE = {
 # What such a worker may have heard: its rows no longer its claim's, only 'sent' may still change
 # them (recorded on a row the claim left in doubt); the others differ in whether a message arrived.
 LATE_ANSWERS = (Outcome.SENT, Outcome.IN_DOUBT, Outcome.TRANSIENT)
+# A receiver that de-duplicates may also have said that it holds another message under the key
+# (the next message under it is refused too, whoever sends it), and a worker that de-duplicates
+# may have sent nothing: its lease ran out by its own clock before the batch's turn.
+IDEMPOTENT_LATE_ANSWERS = (*LATE_ANSWERS, Outcome.KEY_TAKEN, RUNS_OUT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,18 +127,33 @@ class Transmission:
     address: str
     checked_at: int  # the machine's clock when its row passed its last check before the wire
     absorbed: bool  # an idempotent receiver remembered this job id and dropped the copy
+    # the receiver holds another message under this job id (its key): it refused this one
+    key_taken: bool = False
 
 
 class FakeReceiver:
     """The other end of the wire: logs every message; an idempotent one delivers a job id once
-    for as long as it remembers it."""
+    for as long as it remembers it, and refuses every message under a key it holds another
+    message under (what it delivered under that key before, if anything, stays delivered)."""
 
     def __init__(self, *, idempotent: bool) -> None:
         self.idempotent = idempotent
         self.log: list[Transmission] = []
         self.remembered: set[str] = set()  # job ids (keys)
+        # keys under which it holds a message other than ours as we send it now: an earlier one
+        # of ours whose body differs (it was delivered then, and is in the log), or another
+        # sender's (no message of ours); every message of ours under the key is refused
+        self.taken: set[str] = set()
 
-    def accept(self, *, job_id: str, address: str, checked_at: int) -> Transmission:
+    def accept(self, *, job_id: str, address: str, checked_at: int,
+               taken: bool = False) -> Transmission:
+        """A message on the wire (``taken``: the receiver finds another message under its key,
+        as the transport's answer Outcome.KEY_TAKEN says)."""
+        if taken or job_id in self.taken:
+            assert self.idempotent, "a receiver that keeps no keys holds nothing under one"
+            self.taken.add(job_id)
+            self.log.append(Transmission(job_id, address, checked_at, False, key_taken=True))
+            return self.log[-1]
         absorbed = job_id in self.remembered
         if self.idempotent:
             self.remembered.add(job_id)
@@ -134,10 +162,11 @@ class FakeReceiver:
 
     def forget(self) -> None:
         self.remembered.clear()
+        self.taken.clear()
 
     def deliveries(self) -> Counter[str]:
         """Job id -> messages the recipient got."""
-        return Counter(t.job_id for t in self.log if not t.absorbed)
+        return Counter(t.job_id for t in self.log if not (t.absorbed or t.key_taken))
 
 
 class ReceiverKind(BaseTransport):
@@ -265,8 +294,12 @@ class SendProtocol(RuleBasedStateMachine):
         self.built_at: int | None = None
         self.address_of: dict[str, str] = {}  # job id -> address
         self.address_by_id: dict[int, str] = {}  # send id -> address
+        self.job_by_id: dict[int, str] = {}  # send id -> job id
         self.retried: Counter[str] = Counter()  # job id -> an operator's retries
         self.marked_delivered: set[str] = set()  # job ids
+        # job id -> an operator's retries of it when a settle recorded the receiver's answer that
+        # its key was taken (P7: until the operator decides again, it stays 'unknown', unsent)
+        self.key_taken: dict[str, int] = {}
 
     def tick(self) -> int:
         self.clock += 1
@@ -314,7 +347,9 @@ class SendProtocol(RuleBasedStateMachine):
         transport answering ``fate``) and settles what the transport said: a plain worker at
         once, an idempotent one on its settler thread. It dies before or after the move, as
         ``fate`` says (its memory is lost, what it committed stays), or stalls: its next move
-        comes after its leases ran out and were recovered."""
+        comes after its leases ran out and were recovered. An idempotent worker's lease may also
+        run out by its own clock before the rest of its batch goes out (RUNS_OUT: settled
+        unsent), and its receiver may hold another message under a key (KEY_TAKEN)."""
         if fate == DIES_BEFORE:
             self._die(worker)
             return
@@ -323,7 +358,9 @@ class SendProtocol(RuleBasedStateMachine):
             self._recover()
             return
         state = self.workers[worker]
-        if state.to_send:
+        if state.to_send and fate == RUNS_OUT:
+            self._runs_out(worker)
+        elif state.to_send:
             self._transmit(worker, fate)
         elif state.claimed and state.unsettled and not self.idempotent:
             self._settle_and_hand_over(worker)  # a wire's last chunk, in its next one's commit
@@ -453,6 +490,7 @@ class SendProtocol(RuleBasedStateMachine):
         self.p5_one_row_per_recipient_picked_as_the_build_promises(rows)
         self.a_finished_campaign_has_nothing_left_to_send(rows)
         self.the_tallies_count_every_row()
+        self.p7_a_row_whose_key_was_taken_waits_for_an_operator(rows)
 
     def p1_a_recipient_gets_a_job_once_per_operator_retry(self) -> None:
         for job, delivered in self.receiver.deliveries().items():
@@ -496,6 +534,21 @@ class SendProtocol(RuleBasedStateMachine):
         if self._campaign_status() == Campaign.Status.SENT:
             left = [row["job_id"] for row in rows if row["status"] in OPEN]
             assert not left, f"the campaign finished with {left} still queued or sending"
+
+    def p7_a_row_whose_key_was_taken_waits_for_an_operator(self, rows: list[dict]) -> None:
+        """P7: a row settled on the receiver's answer that another message holds its key stays
+        'unknown' until an operator decides: marked delivered, it is 'sent'; retried, it may go
+        again (and the receiver answer the same). No claim leases it meanwhile (checked as it
+        claims: _claim)."""
+        for row in rows:
+            job = row["job_id"]
+            if self._key_taken_undecided(job):
+                assert row["status"] == Send.Status.UNKNOWN or (
+                    row["status"] == Send.Status.SENT and job in self.marked_delivered), (
+                    f"P7: {job}'s key is taken, no operator decided since, and it is {row['status']}")
+
+    def _key_taken_undecided(self, job: str) -> bool:
+        return job in self.key_taken and self.key_taken[job] == self.retried[job]
 
     def the_tallies_count_every_row(self) -> None:
         """What the admin and the monitor show (the tallies) is what the rows say, after any
@@ -599,6 +652,7 @@ class SendProtocol(RuleBasedStateMachine):
         for send_id, job, address in (Send.objects.filter(campaign_id=self.campaign_id)
                                       .values_list("id", "job_id", "email_lower")):
             self.address_of[job] = self.address_by_id[send_id] = address
+            self.job_by_id[send_id] = job
         note(f"built at {self.clock}: {sorted(self.address_of.values())}")
 
     def _recover(self) -> None:
@@ -621,6 +675,12 @@ class SendProtocol(RuleBasedStateMachine):
         leased = [row for row in claimed if row.status == Send.Status.SENDING]
         opted_out = [row.job_id for row in leased if self.address_of[row.job_id] in self.opted_out_at]
         assert not opted_out, f"P3: the claim leased {opted_out}, opted out before it"
+        # P7 where the engine decides it: a claim made since is what would send the row again (a
+        # claim made before may still send it: the worker's own clock stops that one, within_lease,
+        # which these sends do not model)
+        taken = [row.job_id for row in leased if self._key_taken_undecided(row.job_id)]
+        assert not taken, (f"P7: the claim leased {taken}, whose key the receiver said was taken, "
+                           f"with no operator's decision since")
         self.workers[worker].claimed = leased
         self.workers[worker].attempts = {row.id: row.attempts for row in claimed}
         return claimed
@@ -653,6 +713,7 @@ class SendProtocol(RuleBasedStateMachine):
                 worker_id=worker, attempts=chunk.attempts, **RETRY)
         note(f"{worker} settles {self._who({o.send_id: o.kind for o in chunk.outcomes})}: "
              f"{self._who(settled)}, with the next hand-over")
+        self._settled(chunk, settled)
         self._checked(worker, checked)
 
     def _checked(self, worker: str, checked: dict[int, str]) -> None:
@@ -663,15 +724,21 @@ class SendProtocol(RuleBasedStateMachine):
         note(f"{worker} checks at {self.clock}, to send: {self._who({r.id: '' for r in state.to_send})}")
 
     def _transmit(self, worker: str, outcome: str) -> None:
-        """Send the next row; ``outcome`` is the transport's answer (DIES_AFTER: it went out)."""
+        """Send the next row; ``outcome`` is the transport's answer (DIES_AFTER: it went out),
+        unless the receiver holds another message under its key: then it answers KEY_TAKEN."""
         state = self.workers[worker]
         row = state.to_send.pop(0)
         if outcome == Outcome.IN_DOUBT and self.idempotent:  # as the worker reads it
             outcome = Outcome.IN_DOUBT_RETRIED
-        if outcome in (Outcome.SENT, DIES_AFTER, Outcome.IN_DOUBT, Outcome.IN_DOUBT_RETRIED):
+        if outcome in (Outcome.SENT, DIES_AFTER, Outcome.IN_DOUBT, Outcome.IN_DOUBT_RETRIED,
+                       Outcome.KEY_TAKEN):
             sent = self.receiver.accept(job_id=row.job_id, address=self.address_of[row.job_id],
-                                        checked_at=state.checked_at)
-            note(f"{worker} sends to {sent.address}: {'absorbed' if sent.absorbed else 'delivered'}")
+                                        checked_at=state.checked_at,
+                                        taken=outcome == Outcome.KEY_TAKEN)
+            if sent.key_taken and outcome == Outcome.SENT:
+                outcome = Outcome.KEY_TAKEN
+            note(f"{worker} sends to {sent.address}: "
+                 f"{'key taken' if sent.key_taken else 'absorbed' if sent.absorbed else 'delivered'}")
         if outcome == DIES_AFTER:
             return  # the caller lets it die
         state.answers.append(Outcome(row.id, outcome, provider_message_id=f"<{row.job_id}@fake>",
@@ -680,6 +747,17 @@ class SendProtocol(RuleBasedStateMachine):
             state.unsettled.append(Chunk(state.answers, state.attempts))
             state.answers = []
 
+    def _runs_out(self, worker: str) -> None:
+        """The claim's lease ran out (by the worker's clock; the database's may not yet) before
+        the rest of the batch's turn: none of it goes on the wire, all of it is answered UNSENT."""
+        state = self.workers[worker]
+        state.answers += [Outcome(row.id, Outcome.UNSENT, error="not sent: past the lease")
+                          for row in state.to_send]
+        note(f"{worker}'s lease runs out: {self._who({r.id: 'unsent' for r in state.to_send})}")
+        state.to_send = []
+        state.unsettled.append(Chunk(state.answers, state.attempts))
+        state.answers = []
+
     def _settle(self, worker: str) -> None:
         chunk = self.workers[worker].unsettled.pop(0)
         with self.p6_changes_only_rows_still_held(worker, chunk):
@@ -687,6 +765,23 @@ class SendProtocol(RuleBasedStateMachine):
                                           worker_id=worker, attempts=chunk.attempts, **RETRY)
         note(f"{worker} settles {self._who({o.send_id: o.kind for o in chunk.outcomes})}: "
              f"{self._who(settled)}")
+        self._settled(chunk, settled)
+
+    def _settled(self, chunk: Chunk, settled: dict[int, str]) -> None:
+        """What a settle wrote of the rows its claim still held: a key taken is 'unknown' (P7),
+        a row never put on the wire queued again (or cancelled with its campaign)."""
+        for outcome in chunk.outcomes:
+            if outcome.send_id not in settled:
+                continue  # no longer the claim's: its new holder answers for it
+            status, address = settled[outcome.send_id], self.address_by_id[outcome.send_id]
+            if outcome.kind == Outcome.KEY_TAKEN:
+                assert status == Send.Status.UNKNOWN, (
+                    f"P7: {address}, answered that its key is taken, was settled {status}")
+                job = self.job_by_id[outcome.send_id]
+                self.key_taken[job] = self.retried[job]
+            elif outcome.kind == Outcome.UNSENT:
+                assert status in (Send.Status.QUEUED, Send.Status.CANCELLED), (
+                    f"{address}, never put on the wire, was settled {status}")
 
     def _goes_out(self, worker: str, answer: str) -> None:
         """The worker's batch goes on the wire, handed over first if it is not yet (a plain
@@ -696,7 +791,10 @@ class SendProtocol(RuleBasedStateMachine):
         if state.claimed and not (state.unsettled and not self.idempotent):
             self._hand_over(worker)
         while state.to_send:
-            self._transmit(worker, answer)
+            if answer == RUNS_OUT:
+                self._runs_out(worker)
+            else:
+                self._transmit(worker, answer)
 
     def _meanwhile(self, move: str, stalled: str) -> None:
         """A move of ``MEANWHILE``, while the worker ``stalled`` stalls."""
@@ -742,6 +840,35 @@ class PlainReceiver(SendProtocol):
 
 class IdempotentReceiver(SendProtocol):
     idempotent = True
+
+    # the same move, with what only a receiver that de-duplicates (and its worker) may answer
+    @rule(worker=st.sampled_from(sorted(WORKERS)), fate=st.sampled_from(IDEMPOTENT_FATES),
+          ahead=st.booleans())
+    def worker_moves(self, worker: str, fate: str, ahead: bool) -> None:
+        super().worker_moves(worker, fate, ahead)
+
+    @precondition(lambda self: self.built_at is not None)
+    @rule(worker=st.sampled_from(sorted(WORKERS)), answer=st.sampled_from(IDEMPOTENT_LATE_ANSWERS),
+          meanwhile=st.sampled_from(sorted(MEANWHILE)))
+    def a_settle_comes_after_the_lease(self, worker: str, answer: str, meanwhile: str) -> None:
+        super().a_settle_comes_after_the_lease(worker, answer, meanwhile)
+
+    @precondition(lambda self: self.built_at is not None)
+    @rule(worker=st.sampled_from(sorted(WORKERS)), answer=st.sampled_from((Outcome.KEY_TAKEN, RUNS_OUT)))
+    def a_batch_goes_out_and_is_settled_on_time(self, worker: str, answer: str) -> None:
+        """The worker's batch goes out (claimed and handed over first if it holds none) and
+        meets ``answer`` (the receiver holds another message under each key, or the lease runs
+        out by the worker's clock before the batch's turn), and its settler settles it before
+        anything else moves: the rows are still the claim's. One rule, as the settle after the
+        lease: with a step per move, a claim, its hand-over, this answer and a settle on time
+        came in this order too rarely to be found."""
+        state = self.workers[worker]
+        if not (state.delivering or state.unsettled):
+            self._recover()
+            self._claim(worker, batch_size=WORKERS[worker])
+        self._goes_out(worker, answer)
+        while state.unsettled:
+            self._settle(worker)
 
 
 # The same examples on every run (CI must not pass or fail by luck); PROTOCOL_RANDOM=1 searches
