@@ -2,7 +2,8 @@
 it was loaded from, and a save from a form older than the account is refused whole, in words (who
 saved it last, when, what differs from what the form showed), nothing written, what was typed
 still on the page; a reload saves. Writes to what surrounds the account (its warm-up quota, its
-sending, its domains, a member added on the memberships page) are no new version of its form."""
+sending, its domains, a member added on the memberships page) are no new version of its form; a
+member changed or removed there is one."""
 
 from __future__ import annotations
 
@@ -379,3 +380,36 @@ def test_in_a_browser_the_older_tab_is_told_keeps_what_was_typed_and_a_reload_sa
         assert (account.warmup_until, account.from_name) == (250_000, "Acme News")
     finally:
         context.close()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("on_its_page", ["changed", "moved to another account"])
+def test_a_role_changed_on_the_memberships_page_is_not_undone_by_a_form_of_the_account_opened_before(
+        tenant, member, other_tenant, on_its_page):
+    """The account form opened before shows the old role; unrefused, its members' inline would
+    post it back (found by review: the demotion was silently undone)."""
+    alice, bob = logged_in("alice"), logged_in("bob")
+    bobs = loaded(bob, tenant)  # shows mallory as editor
+    moved_to = other_tenant if on_its_page != "changed" else tenant
+    response = alice.post(reverse("admin:growth_membership_change", args=[member.pk]), {
+        "user": member.user.pk, "account": moved_to.pk, "role": "viewer"})
+    assert response.status_code == 302
+
+    assert REFUSED in refusal(save(bob, tenant, bobs, from_name="Acme News"))
+    member.refresh_from_db()
+    assert (member.role, member.account_id) == ("viewer", moved_to.id)
+    tenant.refresh_from_db()
+    assert tenant.from_name != "Acme News"
+
+
+@pytest.mark.django_db
+def test_a_member_removed_on_the_memberships_page_refuses_a_form_of_the_account_opened_before(
+        tenant, member):
+    alice, bob = logged_in("alice"), logged_in("bob")
+    bobs = loaded(bob, tenant)
+    response = alice.post(reverse("admin:growth_membership_changelist"), {
+        "action": "delete_selected", "_selected_action": [member.pk], "post": "yes"})
+    assert response.status_code == 302 and not Membership.objects.filter(pk=member.pk).exists()
+
+    assert REFUSED in refusal(save(bob, tenant, bobs, from_name="Acme News"))
+    assert not Membership.objects.filter(pk=member.pk).exists()

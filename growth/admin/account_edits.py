@@ -2,7 +2,8 @@
 (the membership inline) together, is saved as one compare-and-set onto the version it was loaded
 from (growth.admin.versioned). A form older than the account is refused whole, an edit of its
 members only too, and told who saved the account last, when, and which of its fields differ from
-what it showed. Nothing else writes an account's version."""
+what it showed. Only that save and a membership changed or deleted on its own page (which the
+form's inline would otherwise post back) write an account's version."""
 
 from __future__ import annotations
 

@@ -137,6 +137,24 @@ class MembershipAdmin(IdSelection, SuperuserOnly, TolerantAutocomplete, admin.Mo
     search_fields = ["user__username", "user__email", "account__name", "account__slug"]
     autocomplete_fields = ["user", "account"]
 
+    # A membership changed or deleted here is a new version of its account's change form
+    # (growth.admin.account_edits): a form loaded before would post the old role back.
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if change:
+            # its account before the change too: moved, it left that account's form
+            Account.objects.members_changed({obj.account_id, form.initial.get("account")} - {None})
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        Account.objects.members_changed([obj.account_id])
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            accounts = list(queryset.values_list("account_id", flat=True))
+            super().delete_queryset(request, queryset)
+            Account.objects.members_changed(accounts)
+
 
 @admin.register(Segment)
 class SegmentAdmin(TenantScopedAdmin):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 
 from django.db import models
 
@@ -26,3 +27,7 @@ class AccountManager(models.Manager):
                           warmup_daily_start=warmup_daily_start,
                           warmup_daily_growth=warmup_daily_growth, warmup_until=warmup_until)
         return None if row is None else row["version"]
+
+    def members_changed(self, account_ids: Iterable[int]) -> None:
+        """A new version of these accounts' change forms (see accounts.sql)."""
+        QUERIES.rowcount("members_changed", ids=sorted(set(account_ids)))

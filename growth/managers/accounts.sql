@@ -21,3 +21,10 @@ UPDATE growth_accounts
  WHERE id = %(id)s
    AND version = %(version)s
 RETURNING version;
+
+-- members_changed --
+-- A membership of these accounts was changed or deleted on its own page: what their change forms
+-- show moved, so a form loaded before is refused (its members' inline would post the old role
+-- back and, unrefused, restore it). A member added there is no new version: a form that does not
+-- list it cannot undo it.
+UPDATE growth_accounts SET version = version + 1 WHERE id = ANY(%(ids)s::bigint[]);
