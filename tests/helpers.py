@@ -24,6 +24,14 @@ ROOT = Path(__file__).resolve().parent.parent
 LEASED_PROBE = "(SELECT s.status FROM growth_sends s WHERE s.id = held.id)"
 
 
+def log_in(page, path: str, username: str) -> None:
+    """Sign in on a Playwright page at ``path`` (a user made with the factories' password)."""
+    page.goto(path)
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw")
+    page.get_by_role("button", name=re.compile("Log in", re.I)).click()
+
+
 def texts(response) -> list[str]:
     """The messages (django.contrib.messages) the response's request left for its user."""
     return [str(m) for m in get_messages(response.wsgi_request)]

@@ -8,7 +8,6 @@ member changed or removed there is one."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 import threading
 
 import pytest
@@ -21,7 +20,7 @@ from growth.models import Account, Membership, RateLimit, SendingDomain
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
 from tests.factories import AccountFactory, UserFactory
-from tests.helpers import concurrently
+from tests.helpers import concurrently, log_in
 from tests.scenarios import operator, sending_campaign
 from tests.test_check_sender import StubResolver
 
@@ -351,10 +350,7 @@ def test_in_a_browser_the_older_tab_is_told_keeps_what_was_typed_and_a_reload_sa
     context = browser.new_context(base_url=live_server.url)
     try:
         first, second = context.new_page(), context.new_page()
-        first.goto(reverse("admin:login"))
-        first.fill("#id_username", "alice")
-        first.fill("#id_password", "pw")
-        first.get_by_role("button", name=re.compile("Log in", re.I)).click()
+        log_in(first, reverse("admin:login"), "alice")
         for page in (first, second):
             page.goto(account_url(account))
         first.fill("#id_warmup_until", "250000")

@@ -7,7 +7,6 @@ worker applies is a new configuration, in the limit's history, and a refusal nam
 from __future__ import annotations
 
 import datetime as dt
-import re
 import threading
 
 import pytest
@@ -22,7 +21,7 @@ from growth.models import Destination, RateLimit, RateLimitChange
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
 from tests.factories import UserFactory
-from tests.helpers import concurrently
+from tests.helpers import concurrently, log_in
 from tests.scenarios import sending_campaign
 
 POLICY = ThrottlePolicy(decrease=0.5, every=0.0, floor=0.5, recovery=0.1, burst=10)
@@ -425,10 +424,7 @@ def test_in_a_browser_the_older_tab_is_told_and_a_reload_saves(browser, live_ser
     context = browser.new_context(base_url=live_server.url)
     try:
         first, second = context.new_page(), context.new_page()
-        first.goto(reverse("admin:login"))
-        first.fill("#id_username", "alice")
-        first.fill("#id_password", "pw")
-        first.get_by_role("button", name=re.compile("Log in", re.I)).click()
+        log_in(first, reverse("admin:login"), "alice")
         for page in (first, second):
             page.goto(limit_url(limit))
         first.fill("#id_per_second", "5")

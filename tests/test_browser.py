@@ -19,6 +19,7 @@ from growth.models import Campaign, Send, Subscriber, Suppression
 from growth.operations.campaigns import approve_campaign
 from growth.sending.unsubscribe import make_token
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
+from tests.helpers import log_in
 from tests.scenarios import member, operator, sending_campaign
 from tests.test_sender_domains import sending_domain
 
@@ -31,13 +32,6 @@ def shot(page, name: str) -> None:
     if directory := os.environ.get("SCREENSHOT_DIR"):
         Path(directory).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(directory) / f"{name}.png"), full_page=True)
-
-
-def log_in(page, path: str, username: str) -> None:
-    page.goto(path)
-    page.fill("#id_username", username)
-    page.fill("#id_password", "pw")
-    page.get_by_role("button", name=re.compile("Log in", re.I)).click()
 
 
 def test_an_operator_approves_then_pauses_a_campaign_in_the_admin(page):

@@ -78,11 +78,9 @@ def platform(settings):
 
 
 @pytest.fixture
-def member(client, tenant):
-    """An editor of ``tenant`` (staff, every model permission), logged in on ``client``."""
-    user = operator(tenant)
-    client.force_login(user)
-    return user
+def member(staff):
+    """An editor of ``tenant`` (every model permission), logged in on ``client``."""
+    return staff
 
 
 @pytest.fixture
