@@ -12,6 +12,7 @@ import nacl.signing
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 from growth.deliverability import dns_checks, keys, readiness
 from growth.deliverability.dns_checks import LookupFailed
@@ -206,6 +207,21 @@ def test_all_good_is_ready_and_exits_0(acme, dns, probe):
     assert "acme is ready to send." in output
     assert "Reputation over the last 7 days: 0 messages sent" in output
     assert "MISSING" not in output and "MISALIGNED" not in output
+
+
+def test_a_from_domain_not_verified_in_dns_is_a_warning_with_how_to_prove_it(acme, dns, probe):
+    dns(good_zone())
+    code, output = check_sender()
+    assert code == 0, output  # a warning: the sender still goes out
+    assert line(output, "WARN        Sender domain acme.example: acme.example is not one of this "
+                        "account's verified sending domains.")
+    assert "Not verified yet: acme.example." in output
+    assert "then “Verify in DNS”" in output
+
+    SendingDomain.objects.filter(account=acme).update(verified_at=timezone.now())
+    code, output = check_sender()
+    assert line(output, "OK          Sender domain acme.example: a verified sending domain of this "
+                        "account, or the platform's")
 
 
 def test_no_spf_record_is_missing_with_what_to_publish(acme, dns, probe):

@@ -2,6 +2,8 @@
 
 For the account's From address (``Account.from_email``):
 
+0. **Sender domain**: the From domain is one the account proved its own in DNS, or the
+   platform's (``growth.deliverability.sender_domains``); a WARN otherwise.
 1. **SPF** of the From domain, and of the envelope sender's domain when bounces go elsewhere
    (``BOUNCE_DOMAIN``, VERP): the domain SPF actually authenticates.
 2. **DKIM**: each key that may sign this tenant's mail — the account's own sending domains, the
@@ -44,6 +46,7 @@ from growth.deliverability.dns_checks import (
     DnsResolver,
     Resolver,
 )
+from growth.deliverability.sender_domains import sender_refusal
 from growth.models import Account, SendingDomain
 from growth.sending.dkim import signer_for, transport_signs
 from growth.sending.sender import sender_address
@@ -113,6 +116,7 @@ def check_account(account: Account, *, resolver: Resolver | None = None,
     relay_ips = list(getattr(settings, "DELIVERABILITY_RELAY_IPS", []) or [])
     envelope_domain = dns_checks.normalized(settings.BOUNCE_DOMAIN or "") or from_domain
 
+    readiness.checks.append(check_sender_domain(account, address, from_domain))
     spf = dns_checks.check_spf(resolver, from_domain, relay_ips=relay_ips, role="From domain")
     readiness.checks.append(spf)
     envelope_spf = spf
@@ -145,6 +149,18 @@ def check_account(account: Account, *, resolver: Resolver | None = None,
         envelope_domain=envelope_domain, spf_passes=not envelope_spf.failing))
     readiness.checks.append(check_one_click(probe, timeout=probe_timeout))
     return readiness
+
+
+def check_sender_domain(account: Account, address: str, from_domain: str) -> Check:
+    """Is the From domain the account's own, proved in DNS, or the platform's? Only a WARN: a
+    sender saved before the rule, or by an operator, still goes out (sender_domains)."""
+    refusal = sender_refusal(account_id=account.id, address=address)
+    if refusal is None:
+        return Check("Sender domain", from_domain, OK,
+                     "a verified sending domain of this account, or the platform's")
+    return Check("Sender domain", from_domain, WARN, refusal.reason,
+                 publish="add the domain under Sending domains, publish its TXT record, then "
+                         "“Verify in DNS”; or send from a domain of the account's own")
 
 
 def check_one_click(probe: Probe, *, timeout: float = PROBE_TIMEOUT) -> Check:
