@@ -114,9 +114,12 @@ def test_transient_failures_back_off_exponentially_until_the_retry_horizon_then_
         assert 0.89 * 30 * 2 ** doubling <= delay <= 1.11 * 30 * 2 ** doubling
     first = Send.objects.get().first_attempt_at
     assert first is not None
-    # the horizon (retry_for after the first attempt) passes: the next transient answer fails it
-    Send.objects.update(next_attempt_at=None,
-                        first_attempt_at=first - timezone.timedelta(seconds=POLICY["retry_for"]))
+    # the horizon (retry_for after the first attempt) passes: the next transient answer fails it.
+    # A second past it: the claim stamps its own statement's time (sends.sql, _claim_mark),
+    # while this test's one transaction settles at now(), its start, frozen before every claim
+    # here (a worker's settle is a later transaction than its claim: never earlier than that)
+    Send.objects.update(next_attempt_at=None, first_attempt_at=first - timezone.timedelta(
+        seconds=POLICY["retry_for"] + 1))
     (row,) = claim_and_hand_over()
     settle([Outcome(row.id, Outcome.TRANSIENT, error="421 busy")])
     failed = Send.objects.get()
@@ -424,3 +427,45 @@ def test_a_first_attempt_given_back_leaves_no_retry_horizon(given_back):
     else:
         settle([Outcome(claimed[0].id, given_back, error="not sent")])
     assert Send.objects.get().first_attempt_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("given_back", ["unsent", "refused"])
+def test_a_claim_whose_transaction_began_before_an_earlier_attempt_keeps_its_doubt(
+        given_back):
+    """The pacer claims inside a transaction begun before it waited for the destinations'
+    buckets (pacer.claim, `held`): its now(), the updated_at it writes, can be older than a
+    hand-over another worker made meanwhile. Settled unsent (the window closed) or refused, the
+    row then loses that earlier hand-over (no longer in doubt: a follow-up takes it as never
+    reached and mails it under another key) and its retry horizon (found by review)."""
+    import threading
+
+    from django.db import transaction
+
+    sending_campaign(count=1)
+    with transaction.atomic():  # worker b's paced claim: its transaction starts here ...
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now()")
+        time.sleep(0.05)
+
+        def worker_a():  # ... while worker a sends the row, to a receiver that de-duplicates
+            try:
+                (row,) = Send.objects.claim(worker_id="a", batch_size=1, lease=60, hand_over=True)
+                settle([Outcome(row.id, Outcome.IN_DOUBT_RETRIED, error="timed out")],
+                       worker_id="a")
+                Send.objects.update(next_attempt_at=None)  # its backoff ran out
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=worker_a)
+        thread.start()
+        thread.join()
+        before = Send.objects.get()
+        assert before.status == "queued" and before.handed_over_at is not None  # in doubt
+        (claimed,) = Send.objects.claim(worker_id="b", batch_size=1, lease=60, hand_over=True)
+    settle([Outcome(claimed.id, given_back, error="not sent")], worker_id="b")
+
+    after = Send.objects.get()
+    assert after.status == "queued"
+    assert after.handed_over_at == before.handed_over_at, "the earlier attempt's doubt was lost"
+    assert after.first_attempt_at == before.first_attempt_at, "its retry horizon was restarted"

@@ -371,11 +371,25 @@ blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in a ha
 -- a key (0: a plain receiver, which never de-duplicates; NULL: for ever, nothing is forgotten).
 statement_timestamp() + make_interval(secs => %(lease)s - %(forgets_after)s::float8)
 
+-- _claim_mark --
+-- The time a claim marks row s with (updated_at) and stamps as its own hand-over and first
+-- attempt when it makes them (a receiver that de-duplicates): settle and release tell what this
+-- claim stamped (>= the mark) from what an earlier attempt did (older) by it. So it is later
+-- than every stamp already on the row, by construction: not now(), the transaction's start (a
+-- paced claim's began before its wait for the buckets' locks, and another worker may have
+-- handed the row over and queued it again in doubt meanwhile: its stamp, newer than that now(),
+-- would then read as this claim's, and a settle 'unsent' or 'refused' would clear it, the doubt
+-- and the retry horizon lost); and not this statement's start alone either (a row version
+-- committed after it can still be locked, re-checked, by FOR UPDATE).
+greatest(statement_timestamp(), s.handed_over_at + interval '1 microsecond',
+         s.first_attempt_at + interval '1 microsecond')
+
 -- _lease_due --
 -- ... and the update: suppress those, make 'unknown' the rows in doubt whose key the receiver
 -- has forgotten, lease the rest. The lease runs from this statement, not from its transaction's
 -- start (a paced claim's began before its wait for the buckets' locks), and so names this claim
--- even among several in one transaction (see _claimed).
+-- even among several in one transaction (see _claimed). The row is marked (updated_at) with
+-- _claim_mark, not the lease's time: a hand-over stamp may be later than the statement's start.
 UPDATE growth_sends s
    SET status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
                                WHEN s.handed_over_at < {{ _forgotten_before }} THEN 'unknown'
@@ -391,15 +405,17 @@ UPDATE growth_sends s
                                THEN %(forgotten_error)s
                                ELSE s.last_error END,
        -- a row in doubt (an earlier attempt was handed over and its worker lost) keeps the
-       -- time of that hand-over: the settle of this attempt tells them apart (see settle)
+       -- time of that hand-over, older than this claim's mark: the settle of this attempt
+       -- tells them apart by it (see settle)
        handed_over_at   = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL
-                               WHEN %(hand_over)s THEN coalesce(s.handed_over_at, now())
+                               WHEN %(hand_over)s
+                               THEN coalesce(s.handed_over_at, {{ _claim_mark }})
                                ELSE s.handed_over_at END,
        first_attempt_at = CASE WHEN %(hand_over)s AND s.id NOT IN (SELECT id FROM blocked)
-                               THEN coalesce(s.first_attempt_at, now())
+                               THEN coalesce(s.first_attempt_at, {{ _claim_mark }})
                                ELSE s.first_attempt_at END,
        claimed_by       = %(worker_id)s,
-       updated_at       = now()
+       updated_at       = {{ _claim_mark }}
  WHERE s.id = ANY(ARRAY(SELECT id FROM due))
 
 -- claim_paced --
@@ -469,10 +485,14 @@ WITH blocked AS MATERIALIZED (  -- computed once; each CASE below looks it up in
     {{ blocked }}
 )
 UPDATE growth_sends s
+   -- as in the claim, and never older than the claim's mark (updated_at), by which settle and
+   -- release tell this claim's stamps from an earlier attempt's: now(), its transaction's start,
+   -- can be (a hand-over in the claim's transaction, or one begun before the claim committed)
    SET handed_over_at   = CASE WHEN s.id IN (SELECT id FROM blocked) THEN NULL
-                               ELSE coalesce(s.handed_over_at, now()) END,  -- as in the claim
+                               ELSE coalesce(s.handed_over_at, greatest(now(), s.updated_at)) END,
        first_attempt_at = CASE WHEN s.id IN (SELECT id FROM blocked) THEN s.first_attempt_at
-                               ELSE coalesce(s.first_attempt_at, now()) END,
+                               ELSE coalesce(s.first_attempt_at, greatest(now(), s.updated_at))
+                               END,
        status           = CASE WHEN s.id IN (SELECT id FROM blocked) THEN 'suppressed'
                                ELSE 'sending' END,
        attempts         = s.attempts - CASE WHEN s.id IN (SELECT id FROM blocked) THEN 1 ELSE 0 END,
@@ -586,13 +606,15 @@ UPDATE growth_sends s
        -- an attempt refused (or unsent) is known not delivered: queued again, the row is not in
        -- doubt (a follow-up may take it; see take_from_original), unless an earlier attempt was
        -- handed over and its worker lost: that hand-over's time, kept by the claim, is older
-       -- than the claim's (updated_at: only the claim writes it on a row on the wire), and stays
+       -- than the claim's mark (updated_at: only the claim writes it on a row on the wire, later
+       -- than every stamp on the row, see _claim_mark), and stays
        handed_over_at = CASE WHEN r.outcome IN ('transient', 'throttled', 'refused', 'unsent')
                                   AND s.handed_over_at >= s.updated_at THEN NULL
                              ELSE s.handed_over_at END,
        -- a refusal of us (or no send) was no attempt: the row's retry horizon starts at its
-       -- first real one. Only a horizon this claim started is undone (as old as its updated_at,
-       -- as for the hand-over): a throttled attempt gave its number back, but went on the wire
+       -- first real one. Only a horizon this claim started is undone (no older than its
+       -- updated_at, as for the hand-over): a throttled attempt gave its number back, but went
+       -- on the wire
        first_attempt_at = CASE WHEN r.outcome IN ('refused', 'unsent')
                                     AND s.first_attempt_at >= s.updated_at THEN NULL
                                ELSE s.first_attempt_at END
@@ -661,7 +683,7 @@ RETURNING s.id, s.campaign_id, s.status;
 -- until it is sent again under its key, and no follow-up takes it as never reached (a transport
 -- that raised part-way through a batch may have delivered some of it). Unless the worker knows
 -- none of them went out (unsent: the batch never reached a wire): then the hand-over the claim
--- stamped (a receiver that de-duplicates; as old as the claim's updated_at, see settle) is
+-- stamped (a receiver that de-duplicates; no older than the claim's updated_at, see settle) is
 -- undone, or the claim would have made rows never sent look in doubt since it, and once the
 -- receiver forgot that moment, 'unknown' (a campaign paused for its template and fixed an hour
 -- later). The campaign row is locked first, as cancel locks it: a cancel committed meanwhile is
