@@ -430,7 +430,7 @@ def test_a_first_attempt_given_back_leaves_no_retry_horizon(given_back):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("given_back", ["unsent", "refused"])
+@pytest.mark.parametrize("given_back", ["unsent", "refused", "released unsent"])
 def test_a_claim_whose_transaction_began_before_an_earlier_attempt_keeps_its_doubt(
         given_back):
     """The pacer claims inside a transaction begun before it waited for the destinations'
@@ -463,7 +463,11 @@ def test_a_claim_whose_transaction_began_before_an_earlier_attempt_keeps_its_dou
         before = Send.objects.get()
         assert before.status == "queued" and before.handed_over_at is not None  # in doubt
         (claimed,) = Send.objects.claim(worker_id="b", batch_size=1, lease=60, hand_over=True)
-    settle([Outcome(claimed.id, given_back, error="not sent")], worker_id="b")
+    if given_back == "released unsent":
+        assert Send.objects.release([claimed], campaign_id=claimed.campaign_id, worker_id="b",
+                                    idempotent=True, unsent=True)
+    else:
+        settle([Outcome(claimed.id, given_back, error="not sent")], worker_id="b")
 
     after = Send.objects.get()
     assert after.status == "queued"
