@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -30,6 +31,26 @@ def log_in(page, path: str, username: str) -> None:
     page.fill("#id_username", username)
     page.fill("#id_password", "pw")
     page.get_by_role("button", name=re.compile("Log in", re.I)).click()
+
+
+@contextmanager
+def two_tabs_on(browser, live_server, path: str, *, username: str = "alice"):
+    """Two tabs of one signed-in superuser, both opened on ``path``: an editor who saves first,
+    and one whose page is then older."""
+    from django.urls import reverse
+
+    from tests.factories import UserFactory
+
+    UserFactory(username=username, is_staff=True, is_superuser=True)
+    context = browser.new_context(base_url=live_server.url)
+    try:
+        first, second = context.new_page(), context.new_page()
+        log_in(first, reverse("admin:login"), username)
+        for page in (first, second):
+            page.goto(path)
+        yield first, second
+    finally:
+        context.close()
 
 
 def texts(response) -> list[str]:

@@ -20,7 +20,7 @@ from growth.models import Account, Membership, RateLimit, SendingDomain
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
 from tests.factories import AccountFactory, UserFactory
-from tests.helpers import concurrently, log_in
+from tests.helpers import concurrently, two_tabs_on
 from tests.scenarios import operator, sending_campaign
 from tests.test_check_sender import StubResolver
 
@@ -346,13 +346,7 @@ def test_in_a_browser_the_older_tab_is_told_keeps_what_was_typed_and_a_reload_sa
     from playwright.sync_api import expect
 
     account = AccountFactory(name="Acme")
-    UserFactory(username="alice", is_staff=True, is_superuser=True)
-    context = browser.new_context(base_url=live_server.url)
-    try:
-        first, second = context.new_page(), context.new_page()
-        log_in(first, reverse("admin:login"), "alice")
-        for page in (first, second):
-            page.goto(account_url(account))
+    with two_tabs_on(browser, live_server, account_url(account)) as (first, second):
         first.fill("#id_warmup_until", "250000")
         first.click('input[name="_save"]')
         expect(first.locator(".messagelist")).to_contain_text("was changed successfully")
@@ -374,8 +368,6 @@ def test_in_a_browser_the_older_tab_is_told_keeps_what_was_typed_and_a_reload_sa
         expect(second.locator(".messagelist")).to_contain_text("was changed successfully")
         account.refresh_from_db()
         assert (account.warmup_until, account.from_name) == (250_000, "Acme News")
-    finally:
-        context.close()
 
 
 @pytest.mark.django_db

@@ -21,7 +21,7 @@ from growth.models import Destination, RateLimit, RateLimitChange
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
 from tests.factories import UserFactory
-from tests.helpers import concurrently, log_in
+from tests.helpers import concurrently, two_tabs_on
 from tests.scenarios import sending_campaign
 
 POLICY = ThrottlePolicy(decrease=0.5, every=0.0, floor=0.5, recovery=0.1, burst=10)
@@ -420,13 +420,7 @@ def test_in_a_browser_the_older_tab_is_told_and_a_reload_saves(browser, live_ser
     from playwright.sync_api import expect
 
     limit = RateLimit.objects.create(account=tenant, per_second=10, burst=20)
-    UserFactory(username="alice", is_staff=True, is_superuser=True)
-    context = browser.new_context(base_url=live_server.url)
-    try:
-        first, second = context.new_page(), context.new_page()
-        log_in(first, reverse("admin:login"), "alice")
-        for page in (first, second):
-            page.goto(limit_url(limit))
+    with two_tabs_on(browser, live_server, limit_url(limit)) as (first, second):
         first.fill("#id_per_second", "5")
         first.click('input[name="_save"]')
         expect(first.locator(".messagelist")).to_contain_text("was changed successfully")
@@ -445,5 +439,3 @@ def test_in_a_browser_the_older_tab_is_told_and_a_reload_saves(browser, live_ser
         expect(second.locator(".messagelist")).to_contain_text("was changed successfully")
         limit.refresh_from_db()
         assert (limit.per_second, limit.burst) == (5, 50)
-    finally:
-        context.close()
