@@ -354,6 +354,19 @@ def test_another_tenants_domain_is_a_404_to_verify(client, member, other_tenant,
     assert theirs.verified_at is None and not dns_server.asked()
 
 
+def test_verify_is_a_post_to_an_id_anything_else_is_a_4xx_and_asks_no_dns(client, member, tenant,
+                                                                         dns_server):
+    domain = sending_domain(tenant, "acme.example", verified=False)
+    dns_server.txt["zy1._domainkey.acme.example"] = [record_of(ED25519_KEY)]
+    url = reverse("admin:growth_sendingdomain_verify", args=[domain.pk])
+
+    assert client.get(url).status_code == 405  # a link followed, a prefetch: nothing checked
+    for other in ("0", "999999", "x", "1%00", "-1"):
+        assert client.post(url.replace(f"/{domain.pk}/", f"/{other}/")).status_code == 404
+    domain.refresh_from_db()
+    assert domain.verified_at is None and not dns_server.asked()
+
+
 def test_a_viewer_cannot_verify(client, tenant, other_tenant, dns_server):
     client.force_login(operator(other_tenant, viewer_of=(tenant,)))
     domain = sending_domain(tenant, "acme.example", verified=False)
