@@ -11,7 +11,6 @@ import datetime as dt
 import threading
 
 import pytest
-from django.contrib.admin.models import LogEntry
 from django.test import Client
 from django.urls import reverse
 
@@ -19,6 +18,7 @@ from growth.admin.audience import AccountAdmin
 from growth.models import Account, Membership, RateLimit, SendingDomain
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
+from tests.admin_forms import log_of, logged_in, posted_form, refusal, refused_page
 from tests.factories import AccountFactory, UserFactory
 from tests.helpers import concurrently, two_tabs_on
 from tests.scenarios import operator, sending_campaign
@@ -46,58 +46,12 @@ def account_url(account) -> str:
     return reverse("admin:growth_account_change", args=[account.pk])
 
 
-def logged_in(username: str) -> Client:
-    client = Client()
-    client.force_login(UserFactory(username=username, is_staff=True, is_superuser=True))
-    return client
-
-
-def _posted(value) -> str | None:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "on" if value else None  # an unticked box is not posted
-    return str(value)
-
-
 def loaded(client: Client, account) -> dict:
-    """The change form as the editor's browser holds it: every field the page lets it post
-    (hidden ones included), its members' rows too, with the values the page was rendered with."""
-    response = client.get(account_url(account))
-    assert response.status_code == 200
-    data = {}
-    for fieldset in response.context["adminform"]:
-        for line in fieldset:
-            for field in line:
-                if not field.is_readonly:
-                    data[field.field.name] = _posted(field.field.value())
-    for inline in response.context["inline_admin_formsets"]:
-        formset = inline.formset
-        for form in [formset.management_form, *formset.forms]:
-            for name in form.fields:
-                data[form.add_prefix(name)] = _posted(form[name].value())
-    return {name: value for name, value in data.items() if value is not None}
+    return posted_form(client, account_url(account))
 
 
 def save(client: Client, account, form: dict, **changes):
     return client.post(account_url(account), {**form, **changes})
-
-
-def refusal(response) -> str:
-    assert response.status_code == 200, f"not refused: {response.status_code}"
-    return " ".join(response.context["adminform"].form.non_field_errors())
-
-
-def refused_page(response) -> str:
-    """Read from its body: a test client's ``context`` holds every template its process
-    rendered meanwhile, other threads' pages too."""
-    assert response.status_code == 200, f"not refused: {response.status_code}"
-    return response.content.decode()
-
-
-def log_of(account) -> list[str]:
-    return [entry.user.username for entry in
-            LogEntry.objects.filter(object_id=str(account.pk), content_type__model="account")]
 
 
 def role_field(form: dict, membership) -> str:

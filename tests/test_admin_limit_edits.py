@@ -10,7 +10,6 @@ import datetime as dt
 import threading
 
 import pytest
-from django.contrib.admin.models import LogEntry
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -20,7 +19,7 @@ from growth.managers.limits import ThrottlePolicy
 from growth.models import Destination, RateLimit, RateLimitChange
 from growth.sending.transports.null import NullTransport
 from growth.sending.worker import Worker
-from tests.factories import UserFactory
+from tests.admin_forms import log_of, logged_in, posted_form, refusal, refused_page
 from tests.helpers import concurrently, two_tabs_on
 from tests.scenarios import sending_campaign
 
@@ -32,46 +31,12 @@ def limit_url(limit) -> str:
     return reverse("admin:growth_ratelimit_change", args=[limit.pk])
 
 
-def logged_in(username: str) -> Client:
-    client = Client()
-    client.force_login(UserFactory(username=username, is_staff=True, is_superuser=True))
-    return client
-
-
 def loaded(client: Client, limit) -> dict:
-    """The change form as the operator's browser holds it: every field the page lets it post
-    (hidden ones included), with the values the page was rendered with."""
-    response = client.get(limit_url(limit))
-    assert response.status_code == 200
-    data = {}
-    for fieldset in response.context["adminform"]:
-        for line in fieldset:
-            for field in line:
-                if not field.is_readonly:
-                    value = field.field.value()
-                    data[field.field.name] = "" if value is None else value
-    return data
+    return posted_form(client, limit_url(limit))
 
 
 def save(client: Client, limit, form: dict, **changes):
     return client.post(limit_url(limit), {**form, **changes})
-
-
-def refusal(response) -> str:
-    assert response.status_code == 200, f"not refused: {response.status_code}"
-    return " ".join(response.context["adminform"].form.non_field_errors())
-
-
-def refused_page(response) -> str:
-    """The page a refused save answers, read from its body: a test client's ``context`` holds
-    every template its process rendered meanwhile, other threads' pages too."""
-    assert response.status_code == 200, f"not refused: {response.status_code}"
-    return response.content.decode()
-
-
-def log_of(limit) -> list[str]:
-    return [entry.user.username for entry in
-            LogEntry.objects.filter(object_id=str(limit.pk), content_type__model="ratelimit")]
 
 
 @pytest.fixture
