@@ -64,7 +64,12 @@ _HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"')
 def confirm(client, url: str, data: dict | None = None, **kwargs):
     """Ask for a confirmation page (GET, or POST ``data``: a list's action), then post its form
     as an operator's browser would: every hidden field the page holds (what it promised)."""
-    page = client.post(url, data) if data else client.get(url)
+    return post_back(client, url, client.post(url, data) if data else client.get(url), **kwargs)
+
+
+def post_back(client, url: str, page, **kwargs):
+    """Post a confirmation page shown earlier (``page``: things may have changed since) as its
+    form would: every hidden field it holds."""
     fields: dict[str, list[str]] = {}
     for name, value in _HIDDEN.findall(page.content.decode()):
         if name != "csrfmiddlewaretoken":

@@ -1,5 +1,5 @@
-"""The admin's recovery tools: "Resend to the rest…" (a confirmation page with the counts, then a
-draft, each step in History) and "Clone", scoped to the operator's tenants."""
+"""The admin's recovery tool "Resend to the rest…" (a confirmation page with the counts, then a
+draft, each step in History), scoped to the operator's tenants. Clones: test_admin_clones."""
 
 from __future__ import annotations
 
@@ -110,16 +110,6 @@ def test_another_tenants_campaign_is_a_404_and_a_viewer_is_refused(client, tenan
     client.force_login(operator(viewer_of=(tenant,)))
     assert client.post(resend_url(mine), {"name": "x"}).status_code == 403
     assert not Campaign.objects.filter(resend_of__isnull=False).exists()
-
-
-def test_clone_makes_drafts_with_history(client, staff, tenant):
-    campaign = paused(tenant, ["sent"])
-    response = client.post(reverse("admin:growth_campaign_changelist"),
-                           {"action": "clone", "_selected_action": [campaign.pk]}, follow=True)
-    clone = Campaign.objects.get(name="Copy of Spring sale")
-    assert clone.status == "draft" and clone.resend_of_id is None
-    assert any("1 draft created" in t for t in texts(response))
-    assert LogEntry.objects.get(object_id=str(clone.pk)).change_message.startswith("Clone of")
 
 
 def test_a_follow_ups_segments_are_its_originals_and_cannot_be_narrowed(client, staff, tenant):

@@ -21,7 +21,6 @@ from growth.admin.limit_form import refusal
 from growth.models import Campaign, Destination, MailDomain, RateLimit, RateLimitChange, Send
 from growth.operations.eta import Pacing, Warmup, eta
 from tests.factories import AccountFactory, CampaignFactory, UserFactory
-from tests.helpers import texts
 from tests.test_admin_campaigns import form_data
 from tests.test_monitor import mark, poll
 
@@ -335,20 +334,6 @@ def test_cached_domains_are_searchable_filterable_and_read_only(client, superuse
     assert 'name="_save"' not in page and "/delete/" not in page
     assert client.get(reverse("admin:growth_maildomain_add")).status_code == 403
     assert client.get(reverse("admin:growth_maildomain_delete", args=[gmail.pk])).status_code == 403
-
-
-@pytest.mark.django_db
-def test_forgetting_cached_domains_deletes_them_and_logs_it(client, superuser, google):
-    gmail = cached("gmail.com", google)
-    cached("acme-corp.example", google)
-    url = reverse("admin:growth_maildomain_changelist")
-    assert "delete_selected" not in client.get(url).content.decode()
-
-    response = client.post(url, {"action": "forget", "_selected_action": [gmail.pk]}, follow=True)
-
-    assert list(MailDomain.objects.values_list("domain", flat=True)) == ["acme-corp.example"]
-    assert "1 domain forgotten" in " ".join(texts(response))
-    assert LogEntry.objects.filter(object_id="gmail.com", action_flag=3).exists()
 
 
 # --- the account's warm-up ---------------------------------------------------------------------------

@@ -76,6 +76,28 @@ def test_an_operator_approves_then_pauses_a_campaign_in_the_admin(page):
     assert campaign.status == "paused"
 
 
+def test_an_operator_clones_a_campaign_after_reading_that_no_recipient_is_touched(page):
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="Acme")
+    campaign = CampaignFactory(account=account, name="Spring sale")
+    operator(account, username="olga")
+    log_in(page, reverse("admin:login"), "olga")
+    page.goto(reverse("admin:growth_campaign_changelist"))
+    page.check(f'input[name="_selected_action"][value="{campaign.pk}"]')
+    page.select_option('select[name="action"]', "clone")
+    page.click('button[name="index"]')
+    shot(page, "admin-campaigns-confirm-clone")
+    expect(page.locator(".growth-confirm")).to_contain_text(
+        "“Copy of Spring sale”, a draft of Acme, from Spring sale (draft)")
+    expect(page.locator(".growth-confirm")).to_contain_text("No recipient is touched")
+    assert Campaign.objects.count() == 1  # asked, not done
+
+    page.get_by_role("button", name="Yes, create 1 draft").click()
+    expect(page.locator(".messagelist")).to_contain_text("1 draft created: Copy of Spring sale.")
+    assert Campaign.objects.get(name="Copy of Spring sale").status == "draft"
+
+
 def test_an_operator_confirms_a_pending_subscriber_after_reading_what_it_means(page):
     from playwright.sync_api import expect
 

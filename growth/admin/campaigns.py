@@ -12,6 +12,7 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
+from growth.admin.clones import CloneAdminMixin
 from growth.admin.exports import ExportMixin
 from growth.admin.follow_ups import FollowUpAdminMixin
 from growth.admin.monitor import MonitorMixin
@@ -84,7 +85,7 @@ class CampaignForm(forms.ModelForm):
 
 @admin.register(Campaign)
 class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdminMixin,
-                    TenantScopedAdmin):
+                    CloneAdminMixin, TenantScopedAdmin):
     form = CampaignForm
     list_display = ["name", "account", "state", "scheduled_for", "progress"]
     list_filter = ["status", ("account", ScopedRelatedFilter)]

@@ -1,19 +1,20 @@
 """Destinations (mailbox providers, as pacing groups recipient domains) and the cache of what each
 recipient domain resolved to. Both are the engine's (growth.audience.destinations) and span every
 tenant's recipients: superusers only, read only, except forgetting cached domains (each is
-resolved again when a build next meets it)."""
+resolved again when a build next meets it: growth.admin.forget_domains)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from urllib.parse import urlencode
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from growth.admin.audience import SuperuserOnly
+from growth.admin.forget_domains import ForgetDomainsMixin
 from growth.admin.limit_history import rate_text
 from growth.admin.limits import effective_rate
 from growth.admin.scoping import IdSelection, ReadOnlyAdmin
@@ -75,7 +76,8 @@ class DestinationAdmin(IdSelection, ReadOnlyAdmin, SuperuserOnly, admin.ModelAdm
 
 
 @admin.register(MailDomain)
-class MailDomainAdmin(IdSelection, ReadOnlyAdmin, SuperuserOnly, admin.ModelAdmin):
+class MailDomainAdmin(ForgetDomainsMixin, IdSelection, ReadOnlyAdmin, SuperuserOnly,
+                      admin.ModelAdmin):
     list_display = ["domain", "destination", "source", "mx", "resolved_at", "expires_at"]
     list_filter = ["source"]
     link_lookups = ("destination__id__exact",)  # from a destination's "cached domains"
@@ -99,12 +101,3 @@ class MailDomainAdmin(IdSelection, ReadOnlyAdmin, SuperuserOnly, admin.ModelAdmi
         if not hosts:
             return "—"
         return format_html_join(", ", "<code>{}</code>", ((host,) for host in hosts))
-
-    @admin.action(description="Forget the selected domains (resolved again when next met)",
-                  permissions=["delete"])
-    def forget(self, request, queryset):
-        forgotten = list(queryset)
-        self.log_deletions(request, forgotten)
-        count, _ = queryset.delete()
-        self.message_user(request, f"{count} domain{'s' if count != 1 else ''} forgotten: the next "
-                          "build that meets them resolves them again.", messages.SUCCESS)

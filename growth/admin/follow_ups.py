@@ -1,5 +1,5 @@
-"""The campaign admin's recovery tools: "Resend to the rest…" (a confirmation page that says who
-the follow-up would reach, then a draft) and "Clone"."""
+"""The campaign admin's recovery tool "Resend to the rest…": a confirmation page that says who the
+follow-up would reach, then a draft. (The plain clone: growth.admin.clones.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from growth.models import Campaign
 from growth.operations.campaigns import TransitionRefused
 from growth.operations.follow_ups import (
     MAX_NAME,
-    clone_campaign,
     create_follow_up,
     resend_audience,
     resend_refusal,
@@ -35,8 +34,8 @@ class ResendForm(forms.Form):
 
 
 class FollowUpAdminMixin:
-    """For CampaignAdmin: the resend confirmation page, the clone action, and the links
-    between a campaign and its follow-ups."""
+    """For CampaignAdmin: the resend confirmation page, and the links between a campaign and its
+    follow-ups."""
 
     def follow_up_urls(self):
         return [path("<path:object_id>/resend/", self.admin_site.admin_view(self.resend_view),
@@ -85,16 +84,6 @@ class FollowUpAdminMixin:
             "sent": Campaign.objects.progress([original.id]).get(original.id, {}).get("sent", 0),
             "change_url": change_url,
         })
-
-    @admin.action(description="Clone selected campaigns (new drafts)", permissions=["add"])
-    def clone(self, request, queryset):
-        clones = []
-        for campaign in queryset.order_by("id"):
-            copy = clone_campaign(campaign_id=campaign.id)
-            self.log_addition(request, copy, f"Clone of “{campaign}” (id {campaign.pk}).")
-            clones.append(copy)
-        self.message_user(request, f"{len(clones)} draft{'s' if len(clones) != 1 else ''} "
-                          f"created: {', '.join(str(c) for c in clones)}.", messages.SUCCESS)
 
     @admin.display(description="resends")
     def resend_links(self, obj):

@@ -1,5 +1,6 @@
 """The mail-domain cache's statements (see destinations.sql): the domains a campaign's build will
-meet that have no destination yet, and the recording of classifications.
+meet that have no destination yet, the recording of classifications, and what an operator who
+forgets cached domains is told about the running campaigns' recipients on them.
 
 ``MAIL_DOMAINS`` is the instance ``growth.audience.destinations`` uses; the manager needs no
 model of its own, and may also be attached to ``MailDomain``.
@@ -51,6 +52,14 @@ class MailDomainManager(models.Manager):
             sources=[c.source for c in batch],
             lifetimes=[float(c.lifetime) for c in batch],
         ))
+
+    def unsent_on(self, domains: Sequence[str]) -> list[dict]:
+        """The running campaigns' rows not yet sent whose address is on one of ``domains``:
+        ``{domain, campaign_id, destination (the row's, None: not paced per provider),
+        recipients}`` per group."""
+        if not domains:
+            return []
+        return QUERIES.rows("unsent_on_domains", domains=list(domains))
 
 
 MAIL_DOMAINS = MailDomainManager()

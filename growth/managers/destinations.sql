@@ -54,3 +54,19 @@ ON CONFLICT (domain) DO UPDATE
        resolved_at = EXCLUDED.resolved_at,
        expires_at = EXCLUDED.expires_at
 RETURNING domain;
+
+-- unsent_on_domains --
+-- What forgetting these domains' cached answers leaves as it is: the rows not yet sent (queued,
+-- or on the wire) of the running campaigns (sending or paused) whose address is on one of them,
+-- counted by domain, by campaign and by the destination written on the row at its build, which
+-- is the one pacing reads (never this cache). Reads every unsent row of the running campaigns:
+-- an operator's confirmation page, not a worker's statement.
+SELECT split_part(s.email_lower, '@', 2) AS domain, s.campaign_id, d.name AS destination,
+       count(*) AS recipients
+  FROM growth_sends s
+  LEFT JOIN growth_destinations d ON d.id = s.destination_id
+ WHERE s.campaign_id IN (SELECT c.id FROM growth_campaigns c WHERE c.status IN ('sending', 'paused'))
+   AND s.status IN ('queued', 'sending')
+   AND split_part(s.email_lower, '@', 2) = ANY(%(domains)s::text[])
+ GROUP BY 1, 2, 3
+ ORDER BY 1, 2, 3;

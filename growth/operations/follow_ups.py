@@ -53,7 +53,11 @@ def clone_campaign(*, campaign_id: int) -> Campaign:
     """A new draft with the same content and segments, for the whole audience."""
     original = _get(campaign_id)
     with transaction.atomic():
-        return _copy(original, f"Copy of {original.name}")
+        return _copy(original, clone_name(original))
+
+
+def clone_name(original: Campaign) -> str:
+    return f"Copy of {original.name}"[:MAX_NAME]
 
 
 def _copy(original: Campaign, name: str, **extra) -> Campaign:

@@ -1,0 +1,42 @@
+"""A list action that asks first, as growth.admin.review's decisions do: the action's first post
+shows what it would do; the page posts the selection back with ``post=yes`` and a digest of what
+it promised. Confirming acts only if the selection still plans exactly that: otherwise (a row
+gone, or changed, since) nothing is done and the page is shown again as things now stand.
+
+One digest rather than a field per row: a selection across the whole list may hold more rows
+than Django takes fields in a post (DATA_UPLOAD_MAX_NUMBER_FIELDS)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+
+LISTED = 100  # rows listed one by one on a confirmation page; beyond, a count
+PLANNED = "planned"
+
+
+def digest(planned: Iterable[tuple]) -> str:
+    """What a page promises, as one value: each row as the page showed it, in any order."""
+    return hashlib.sha256("\n".join(sorted(map(repr, planned))).encode()).hexdigest()
+
+
+def confirmed(request) -> bool:
+    return request.POST.get("post") == "yes"
+
+
+def as_promised(request, planned: str) -> bool:
+    """Whether the confirmed page promised what the selection plans now."""
+    return request.POST.get(PLANNED) == planned
+
+
+def hidden_fields(request, action: str, pks: Iterable, planned: str) -> list[tuple[str, object]]:
+    """The fields that post the page's selection back: the rows it showed (``pks``), or, for a
+    selection across the list, the list's selection as posted (its filters are in the URL the
+    page posts to)."""
+    fields: list[tuple[str, object]] = [("action", action), ("post", "yes"), (PLANNED, planned)]
+    if request.POST.get("select_across") == "1":
+        fields.append(("select_across", "1"))
+        pks = request.POST.getlist(ACTION_CHECKBOX_NAME)
+    return fields + [(ACTION_CHECKBOX_NAME, pk) for pk in pks]
