@@ -26,6 +26,7 @@ from growth.managers.feedback import FeedbackEventManager
 from growth.managers.leases import LeaseManager
 from growth.managers.ledger import SendLedgerManager
 from growth.managers.limits import RateLimitManager
+from growth.managers.memberships import MembershipManager
 from growth.managers.monitor import CampaignMonitorManager
 from growth.managers.sends import SendManager
 from growth.managers.subscribers import SubscriberManager
@@ -141,11 +142,19 @@ class Membership(models.Model):
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.EDITOR)
     created_at = models.DateTimeField(db_default=Now(), editable=False)
+    # What its change page shows (user, account, role), as of which version: an edit saves only
+    # onto the version its form was loaded from (growth.admin.membership_edits)
+    version = models.PositiveIntegerField(db_default=1, editable=False)
+
+    objects = MembershipManager()
 
     class Meta:
         db_table = "growth_memberships"
         ordering = ["account", "user"]
-        constraints = [models.UniqueConstraint("user", "account", name="membership_unique")]
+        constraints = [models.UniqueConstraint(
+            "user", "account", name="membership_unique",
+            violation_error_message="This user is a member of this account already: change "
+                                    "that membership.")]
 
     def __str__(self) -> str:
         return f"{self.user} in {self.account} ({self.role})"
@@ -162,7 +171,9 @@ class Segment(models.Model):
     class Meta:
         db_table = "growth_segments"
         ordering = ["account", "name"]
-        constraints = [models.UniqueConstraint("account", "name", name="segment_unique_name")]
+        constraints = [models.UniqueConstraint(
+            "account", "name", name="segment_unique_name",
+            violation_error_message="This account has a segment of this name already.")]
 
     def __str__(self) -> str:
         return self.name

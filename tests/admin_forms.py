@@ -1,7 +1,10 @@
-"""A versioned admin change form as an operator's browser holds and posts it (the account's and
-the rate limit's: growth.admin.versioned), and what a refused save tells."""
+"""A versioned admin change form as an operator's browser holds and posts it (the account's, the
+rate limit's and the membership's: growth.admin.versioned), what a refused save tells, and two
+saves validated before either writes (growth.admin.races)."""
 
 from __future__ import annotations
+
+import threading
 
 from django.contrib.admin.models import LogEntry
 from django.test import Client
@@ -59,3 +62,20 @@ def log_of(obj) -> list[str]:
     return [entry.user.username for entry in
             LogEntry.objects.filter(object_id=str(obj.pk),
                                     content_type__model=obj._meta.model_name)]
+
+
+def validated_together(monkeypatch, admin_class: type, method: str = "save_model", *,
+                       parties: int = 2) -> None:
+    """Hold each thread's first call of ``admin_class.method`` (which the admin makes once the
+    form is valid) until every party's has come: all were validated before any writes."""
+    all_validated = threading.Barrier(parties, timeout=30)
+    waited = set()
+    original = getattr(admin_class, method)
+
+    def wait_for_the_others_then_save(self, *args, **kwargs):
+        if threading.get_ident() not in waited:  # a thread's first save only
+            waited.add(threading.get_ident())
+            all_validated.wait()
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(admin_class, method, wait_for_the_others_then_save)

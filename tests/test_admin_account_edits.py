@@ -333,8 +333,8 @@ def test_a_role_changed_on_the_memberships_page_is_not_undone_by_a_form_of_the_a
     alice, bob = logged_in("alice"), logged_in("bob")
     bobs = loaded(bob, tenant)  # shows mallory as editor
     moved_to = other_tenant if on_its_page != "changed" else tenant
-    response = alice.post(reverse("admin:growth_membership_change", args=[member.pk]), {
-        "user": member.user.pk, "account": moved_to.pk, "role": "viewer"})
+    url = reverse("admin:growth_membership_change", args=[member.pk])
+    response = alice.post(url, {**posted_form(alice, url), "account": moved_to.pk, "role": "viewer"})
     assert response.status_code == 302
 
     assert REFUSED in refusal(save(bob, tenant, bobs, from_name="Acme News"))

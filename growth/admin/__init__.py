@@ -6,8 +6,8 @@ Django's admin imports this after the admins of the apps listed before growth (a
 import growth.admin.destinations  # registers Destination and MailDomain
 import growth.admin.domains  # noqa: F401 - registers SendingDomain
 from growth.admin import audience, campaigns, feedback, limits, sends, workers  # noqa: F401 - registers
-from growth.admin.other_apps import refuse_selections_that_are_no_ids
+from growth.admin.other_apps import make_every_admin_ours
 from growth.admin.widgets import tolerant_autocomplete_view
 
-refuse_selections_that_are_no_ids()
+make_every_admin_ours()
 tolerant_autocomplete_view()

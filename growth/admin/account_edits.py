@@ -3,7 +3,9 @@
 from (growth.admin.versioned). A form older than the account is refused whole, an edit of its
 members only too, and told who saved the account last, when, and which of its fields differ from
 what it showed. Only that save and a membership changed or deleted on its own page (which the
-form's inline would otherwise post back) write an account's version."""
+form's inline would otherwise post back) write an account's version. The members the form changes
+are saved as their own page saves them (growth.admin.membership_edits), after the account: its
+row is locked first, as that page locks it."""
 
 from __future__ import annotations
 
@@ -12,8 +14,7 @@ from growth.admin.versioned import (
     VersionChanged,
     VersionedAdmin,
     VersionedForm,
-    edited_by,
-    last_edit,
+    changed_since_text,
 )
 from growth.models import Account
 
@@ -34,27 +35,10 @@ def save_edit(account: Account, *, version: int, memberships_changed: bool) -> N
     account.version = saved
 
 
-def _value_text(value) -> str:
-    return "empty" if value in (None, "") else f"“{value}”"
-
-
 def changed_since(form: VersionedForm) -> str:
     """What an editor whose form is older than the account is told."""
-    edit = last_edit(form.instance)
-    by = ("" if edit is None
-          else f" (the last save in its History: {edited_by(edit)}: {edit.get_change_message()})")
-    changed = form.changed_since_seen()
-    if changed:
-        what = " What differs from the page you opened: " + "; ".join(
-            f"{form[name].label} is now {_value_text(form[name].initial)}"  # as this request read it
-            for name in changed) + "."
-    elif changed == []:
-        what = " None of the fields you see differs from the page you opened."
-    else:
-        what = ""
-    return (f"Someone changed this account since you opened it{by}.{what} Nothing was saved, "
-            "its members neither: what you typed is still below. Reload the page to see the "
-            "account as it is now, and make your changes again.")
+    return changed_since_text(form, noun="account",
+                              nothing_saved="Nothing was saved, its members neither")
 
 
 class AccountEdits(VersionedAdmin):

@@ -11,6 +11,7 @@ from django.urls import path
 from django.utils import timezone
 
 from growth.admin.account_edits import AccountEdits
+from growth.admin.membership_edits import MembersFormSet, MembershipEdits
 from growth.admin.pacing import warmup_schedule_html
 from growth.admin.scoping import IdSelection, ScopedRelatedFilter, TenantScopedAdmin, scoped_choices
 from growth.admin.widgets import TolerantAutocomplete
@@ -43,6 +44,7 @@ class SuperuserOnly:
 
 class MembershipInline(SuperuserOnly, TolerantAutocomplete, admin.TabularInline):
     model = Membership
+    formset = MembersFormSet
     extra = 0
     autocomplete_fields = ["user"]
 
@@ -130,30 +132,13 @@ class AccountAdmin(AccountEdits, SenderPanelMixin, TenantScopedAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(IdSelection, SuperuserOnly, TolerantAutocomplete, admin.ModelAdmin):
+class MembershipAdmin(MembershipEdits, IdSelection, SuperuserOnly, TolerantAutocomplete,
+                      admin.ModelAdmin):
     list_display = ["user", "account", "role", "created_at"]
     list_filter = ["role", "account"]
     list_select_related = ["user", "account"]
     search_fields = ["user__username", "user__email", "account__name", "account__slug"]
     autocomplete_fields = ["user", "account"]
-
-    # A membership changed or deleted here is a new version of its account's change form
-    # (growth.admin.account_edits): a form loaded before would post the old role back.
-    def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
-        if change:
-            # its account before the change too: moved, it left that account's form
-            Account.objects.members_changed({obj.account_id, form.initial.get("account")} - {None})
-
-    def delete_model(self, request, obj):
-        super().delete_model(request, obj)
-        Account.objects.members_changed([obj.account_id])
-
-    def delete_queryset(self, request, queryset):
-        with transaction.atomic():
-            accounts = list(queryset.values_list("account_id", flat=True))
-            super().delete_queryset(request, queryset)
-            Account.objects.members_changed(accounts)
 
 
 @admin.register(Segment)

@@ -19,6 +19,7 @@ from django.utils.html import format_html
 from growth.admin.charts import clock
 from growth.admin.limit_form import SCOPES, LimitRefused, RateLimitForm, changed_since, refusal
 from growth.admin.limit_history import history, rate_text
+from growth.admin.races import lost_to_another_save
 from growth.admin.scoping import TenantScopedAdmin
 from growth.admin.versioned import SEEN_VERSION, VersionChanged, VersionedAdmin
 from growth.admin.widgets import TolerantAutocomplete
@@ -157,6 +158,8 @@ class RateLimitAdmin(VersionedAdmin, TolerantAutocomplete, TenantScopedAdmin):
                 else:
                     obj.save()
         except IntegrityError as exc:
+            if lost_to_another_save(exc):
+                raise  # its form, validated again, says so on its field (growth.admin.races)
             raise LimitRefused(refusal(exc)) from exc
         if "per_second" in form.changed_data:
             # the form's initial value: the row this request read, unchanged since (the save

@@ -8,6 +8,7 @@ from django.contrib.admin.utils import get_fields_from_path
 from django.core.exceptions import BadRequest, FieldDoesNotExist, ValidationError
 from django.http import Http404
 
+from growth.admin.races import ValidatedAgain
 from growth.models import Account, Campaign, Segment, Subscriber
 from growth.tenancy import may_edit, scoped
 
@@ -72,7 +73,7 @@ class IdSelection:
         return concrete and super().to_field_allowed(request, to_field)
 
 
-class TenantScopedAdmin(IdSelection, admin.ModelAdmin):
+class TenantScopedAdmin(ValidatedAgain, IdSelection, admin.ModelAdmin):
     """Show a non-superuser only the rows of its accounts; another account's object is a 404."""
 
     account_field = "account"

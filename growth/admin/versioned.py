@@ -5,11 +5,13 @@ older than the row is refused in words (who changed the row, when, and what): no
 and the operator's typed values stay in front of them. The admin's save is a compare-and-set on
 that version (one statement, which bumps it): when another save commits between the validation
 and the write, the compare-and-set finds nothing, the transaction is rolled back and the form
-validated again, refused this time.
+validated again (growth.admin.races), refused this time: it cannot reach the save again, however
+many saves commit meanwhile (a version only grows, and it was past the form's at the lost save).
 
-One owner for the admins of rate limits and of accounts: a subclass says what a refused form is
-told (``changed_since``) and saves a change onto ``form.cleaned_data[SEEN_VERSION]``, raising
-``VersionChanged`` when the row is no longer at it."""
+One owner for the admins of rate limits, accounts and memberships: a subclass says what a refused
+form is told (``changed_since``; ``changed_since_text`` words it as an account's is) and saves a
+change onto ``form.cleaned_data[SEEN_VERSION]``, raising ``VersionChanged`` when the row is no
+longer at it."""
 
 from __future__ import annotations
 
@@ -21,15 +23,17 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
+from django.utils.choices import flatten_choices
 
 from growth.admin.charts import clock
+from growth.admin.races import Overtaken, ValidatedAgain
 
 SEEN_VERSION = "seen_version"  # the row's version the form was loaded from
 SEEN_VALUES = "seen_values"  # {field: its value as the form showed it}, JSON
 SEEN = (SEEN_VERSION, SEEN_VALUES)
 
 
-class VersionChanged(Exception):
+class VersionChanged(Overtaken):
     """The row's version moved between the form's validation and its save: nothing was written."""
 
 
@@ -113,7 +117,41 @@ class VersionedForm:
         return changed
 
 
-class VersionedAdmin:
+def _value_text(field: forms.Field, value) -> str:
+    """``value`` of ``field`` as its page shows it: a choice by its label, a row by its name."""
+    if value in (None, ""):
+        return "empty"
+    if isinstance(field, forms.ModelChoiceField):
+        row = field.queryset.filter(pk=value).first()  # as scoped for this user: no other name
+        value = value if row is None else field.label_from_instance(row)
+    elif isinstance(field, forms.ChoiceField):
+        value = dict(flatten_choices(field.choices)).get(value, value)
+    return f"“{value}”"
+
+
+def changed_since_text(form: VersionedForm, *, noun: str,
+                       nothing_saved: str = "Nothing was saved") -> str:
+    """What an editor whose form is older than its row (``noun``: "account") is told: who saved
+    the row last in the admin and when, which fields differ from what the form showed, and what
+    to do."""
+    edit = last_edit(form.instance)
+    by = ("" if edit is None
+          else f" (the last save in its History: {edited_by(edit)}: {edit.get_change_message()})")
+    changed = form.changed_since_seen()
+    if changed:
+        what = " What differs from the page you opened: " + "; ".join(
+            f"{form[name].label} is now {_value_text(form.fields[name], form[name].initial)}"
+            for name in changed) + "."  # initial: the row as this request read it
+    elif changed == []:
+        what = " None of the fields you see differs from the page you opened."
+    else:
+        what = ""
+    return (f"Someone changed this {noun} since you opened it{by}.{what} {nothing_saved}: what "
+            f"you typed is still below. Reload the page to see the {noun} as it is now, and make "
+            "your changes again.")
+
+
+class VersionedAdmin(ValidatedAgain):
     """For a ModelAdmin (before its base class) of a model with a ``version``, bumped by the
     compare-and-set its save makes."""
 
@@ -123,6 +161,11 @@ class VersionedAdmin:
     def _editing(self, request, obj) -> bool:
         """A row's own page that saves: its form carries the version it was loaded from."""
         return obj is not None and self.has_change_permission(request, obj)
+
+    def get_fields(self, request, obj=None):
+        # Django's, from the form's fields (the hidden ones among them): they go where
+        # with_seen_fields puts them, once
+        return [name for name in super().get_fields(request, obj) if name not in SEEN]
 
     def get_fieldsets(self, request, obj=None):
         return self.with_seen_fields(request, obj, super().get_fieldsets(request, obj))
@@ -147,13 +190,3 @@ class VersionedAdmin:
             SEEN_VALUES: SeenValuesField(required=False),
             "refusal": staticmethod(self.changed_since),
         })
-
-    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
-        try:
-            return super().changeform_view(request, object_id, form_url, extra_context)
-        except VersionChanged:
-            # Rolled back. The form, validated again against the row as it is now, refuses its
-            # older version in words (and if the row was deleted, the admin says so): it cannot
-            # reach the save again, however many saves commit meanwhile (a version only grows,
-            # and it was past the form's at the lost save).
-            return super().changeform_view(request, object_id, form_url, extra_context)
