@@ -15,7 +15,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from growth.models import Campaign, Send, Subscriber, Suppression
+from growth.models import Account, Campaign, Send, Subscriber, Suppression
 from growth.operations.campaigns import approve_campaign
 from growth.sending.unsubscribe import make_token
 from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
@@ -523,6 +523,46 @@ def test_an_operator_corrects_the_sender_a_provider_refused_and_resumes_the_camp
     expect(sends_as).to_contain_text("Acme <letters@acme.example>")
     campaign.refresh_from_db()
     assert (campaign.status, campaign.from_email) == ("sending", "letters@acme.example")
+
+
+def test_resuming_warns_of_an_unverified_sender_and_refuses_another_accounts_domain(page):
+    """Two paused campaigns resumed from the list by a superuser: one sends as a domain nobody
+    verified (warned, resumed), the other as a domain another account verified (refused)."""
+    from playwright.sync_api import expect
+
+    from tests.factories import UserFactory
+
+    outside = sending_campaign(count=2, name="Outside", account__from_email="news@outside.example")
+    taken = sending_campaign(count=2, name="Taken", account__from_email="news@acme.example")
+    for campaign in (outside, taken):
+        assert Campaign.objects.pause(campaign_id=campaign.id)
+    sending_domain(AccountFactory(name="Globex"), "globex.example")
+    Account.objects.filter(id=taken.account_id).update(from_email="ceo@globex.example")
+    UserFactory(username="root", is_staff=True, is_superuser=True)
+    log_in(page, reverse("admin:growth_campaign_changelist"), "root")
+    for campaign in (outside, taken):
+        page.check(f'input[name="_selected_action"][value="{campaign.pk}"]')
+    page.select_option('select[name="action"]', "resume")
+    page.click('button[name="index"]')
+
+    warnings = page.locator(".growth-confirm__warning")
+    expect(warnings).to_have_count(2)
+    expect(warnings.nth(0)).to_contain_text(
+        "Its sender news@outside.example is one the rule refuses to the account's members; it "
+        "goes out as that sender all the same.")
+    expect(warnings.nth(1)).to_contain_text(
+        "It cannot go out: its sender ceo@globex.example is on globex.example, a sending domain "
+        "another account has verified")
+    shot(page, "admin-campaigns-resume-sender-warnings")
+    page.get_by_role("button", name=re.compile(r"^Yes, ")).click()
+
+    messages = page.locator(".messagelist")
+    expect(messages).to_contain_text("1 campaign resumed: “Outside”.")
+    expect(messages).to_contain_text("1 not resumed:")
+    expect(messages).to_contain_text("“Taken”: It cannot go out: its sender ceo@globex.example")
+    outside.refresh_from_db()
+    taken.refresh_from_db()
+    assert (outside.status, taken.status) == ("sending", "paused")
 
 
 def test_a_tenant_verifies_its_domain_in_dns_then_sends_from_it(page, settings):

@@ -13,6 +13,7 @@ from growth.models import Account, Campaign
 from growth.sending.worker import Worker
 from tests.helpers import confirm
 from tests.scenarios import approved_campaign, sending_campaign, statuses
+from tests.test_sender_domains import sending_domain
 
 
 def senders(smtp_server) -> list[tuple[str, str]]:
@@ -67,6 +68,8 @@ def test_resumed_the_rest_goes_out_as_the_accounts_sender_now_even_on_the_same_w
 
 @pytest.mark.django_db
 def test_the_resume_confirmation_names_the_sender_the_rest_will_go_out_as(client, staff, tenant):
+    for domain in (tenant.from_email.rpartition("@")[2], "acme.example"):
+        sending_domain(tenant, domain)  # its senders are on its own domains, verified
     campaign = sending_campaign(3, account=tenant)
     assert Campaign.objects.pause(campaign_id=campaign.id)
     url = reverse("admin:growth_campaign_transition", args=[campaign.pk, "resume"])

@@ -169,9 +169,11 @@ def dns(monkeypatch):
 
 @pytest.fixture
 def acme(db):
+    """A tenant that verified its From domain in DNS: its key signs its mail."""
     account = AccountFactory(name="Acme", slug="acme", from_email="news@acme.example")
     SendingDomain.objects.create(account=account, domain="acme.example", selector="s1",
-                                 algorithm=keys.RSA, private_key=rsa_key(1))
+                                 algorithm=keys.RSA, private_key=rsa_key(1),
+                                 verified_at=timezone.now())
     return account
 
 
@@ -210,6 +212,7 @@ def test_all_good_is_ready_and_exits_0(acme, dns, probe):
 
 
 def test_a_from_domain_not_verified_in_dns_is_a_warning_with_how_to_prove_it(acme, dns, probe):
+    SendingDomain.objects.filter(account=acme).update(verified_at=None)
     dns(good_zone())
     code, output = check_sender()
     assert code == 0, output  # a warning: the sender still goes out
@@ -300,6 +303,7 @@ def test_an_ed25519_key_is_compared_by_its_raw_public_key(acme, dns, probe):
     signing = nacl.signing.SigningKey(bytes(range(32)))
     seed = base64.b64encode(bytes(signing)).decode()
     SendingDomain.objects.filter(account=acme).update(algorithm=keys.ED25519, private_key=seed)
+    SendingDomain.objects.filter(account=acme).update(verified_at=timezone.now())  # the new key
     raw = base64.b64encode(bytes(signing.verify_key)).decode()
     zone = good_zone()
     zone["s1._domainkey.acme.example"] = [f"v=DKIM1; k=ed25519; p={raw}"]
@@ -422,3 +426,17 @@ def test_cached_results_never_carry_a_private_key():
     key = dns_checks.DkimKey("acme.example", "s1", keys.RSA, rsa_key(1))
     assert "PRIVATE KEY" not in repr(key)
     assert pickle.loads(pickle.dumps(key)).private_key == ""
+
+
+def test_a_key_not_verified_signs_nothing_and_says_so(acme, dns, probe, platform):
+    platform.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"  # a path that signs
+    SendingDomain.objects.filter(account=acme).update(verified_at=None)
+    dns(good_zone())
+
+    code, output = check_sender()
+
+    assert code == 1, output
+    assert line(output, "OK          DKIM s1._domainkey.acme.example: the published rsa key matches ours")
+    assert "not verified: it signs no mail until “Verify in DNS” finds this record" in output
+    assert line(output, "MISSING     DKIM acme.example: no DKIM key signs acme.example's mail")
+    assert "publish the record it shows, then “Verify in DNS”" in output

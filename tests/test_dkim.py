@@ -17,6 +17,7 @@ import nacl.signing
 import pytest
 from django.core.mail import EmailMessage
 from django.urls import reverse
+from django.utils import timezone
 from dkim import crypto as dkim_crypto
 
 from growth.deliverability import keys
@@ -124,9 +125,12 @@ def domain_of(account) -> str:
 
 def key_for(account, algorithm: str = dkim.RSA, *, selector: str = "zy1",
             key: str | None = None) -> SendingDomain:
+    """The account's sending domain (its From's), verified in DNS: a tenant's key signs only
+    once verified."""
     return SendingDomain.objects.create(account=account, domain=domain_of(account),
                                         selector=selector, algorithm=algorithm,
-                                        private_key=key if key is not None else KEY_OF[algorithm])
+                                        private_key=key if key is not None else KEY_OF[algorithm],
+                                        verified_at=timezone.now())
 
 
 def signer_of(row: SendingDomain) -> dkim.Signer:
@@ -364,7 +368,8 @@ def test_the_most_specific_domain_of_the_tenant_or_the_platform_signs(settings):
     tenant = AccountFactory(from_email="news@mail.acme.example")
     stranger = AccountFactory(from_email="hello@acme.example")
     SendingDomain.objects.create(account=tenant, domain="acme.example", selector="parent",
-                                 algorithm=dkim.ED25519, private_key=ED25519_KEY)
+                                 algorithm=dkim.ED25519, private_key=ED25519_KEY,
+                                 verified_at=timezone.now())
     assert dkim.signer_for(account_id=tenant.id, from_email=tenant.from_email).selector == "parent"
     # another tenant's domain never signs for anyone else: no key, no platform key
     assert dkim.signer_for(account_id=stranger.id, from_email=stranger.from_email) is None
@@ -382,7 +387,8 @@ def test_of_one_domain_keyed_by_the_tenant_and_the_platform_the_tenants_own_sign
     for owner in owners:
         SendingDomain.objects.create(account=owner, domain="acme.example",
                                      selector="own" if owner else "platform",
-                                     algorithm=dkim.ED25519, private_key=ED25519_KEY)
+                                     algorithm=dkim.ED25519, private_key=ED25519_KEY,
+                                     verified_at=timezone.now() if owner else None)
     assert dkim.signer_for(account_id=tenant.id, from_email=tenant.from_email).selector == "own"
 
 
@@ -599,6 +605,7 @@ def test_a_domain_another_tenant_claimed_first_is_still_its_owners_to_key(client
 
     assert response.status_code == 302, response.content.decode()
     own = SendingDomain.objects.get(account=tenant)
+    SendingDomain.objects.filter(id=own.id).update(verified_at=timezone.now())  # as in DNS
     signer = dkim.signer_for(account_id=tenant.id, from_email=tenant.from_email)
     assert signer.dns_record() == signer_of(own).dns_record() != signer_of(squatter).dns_record()
 
@@ -612,6 +619,8 @@ def test_a_campaign_paused_for_its_key_is_sent_signed_once_the_key_is_fixed(smtp
     assert campaign.status == "paused" and "32 bytes" in campaign.pause_reason
 
     SendingDomain.objects.filter(id=row.id).update(private_key=ED25519_KEY)
+    # a new key is verified again (its record published) before it signs
+    SendingDomain.objects.filter(id=row.id).update(verified_at=timezone.now())
     assert Campaign.objects.resume(campaign_id=campaign.id)
     run_worker()
     assert statuses(campaign) == {"sent": 3}

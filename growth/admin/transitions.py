@@ -27,6 +27,7 @@ from growth.operations.campaigns import (
     pause_campaign,
     resume_campaign,
     send_now,
+    sender_warning,
 )
 from growth.operations.follow_ups import resend_audience
 from growth.sending.sender import as_read
@@ -70,18 +71,20 @@ class Transition:
     run: Callable[[int, Seen], object]  # (campaign id, as shown): compare-and-set on what was shown
     allowed: tuple[str, ...]  # the statuses the button shows in
     dangerous: bool = False
+    on_the_wire: bool = False  # it puts the campaign on the wire, as its account's sender
 
 
 TRANSITIONS = {t.name: t for t in [
     Transition("approve", "Approve", "approved",
-               lambda pk, seen: approve_campaign(campaign_id=pk, version=seen.version), (S.DRAFT,)),
+               lambda pk, seen: approve_campaign(campaign_id=pk, version=seen.version), (S.DRAFT,),
+               on_the_wire=True),
     Transition("send_now", "Send now", "set to go out now",
                lambda pk, seen: send_now(campaign_id=pk, expected=seen.status, version=seen.version),
-               (S.DRAFT, S.APPROVED)),
+               (S.DRAFT, S.APPROVED), on_the_wire=True),
     Transition("pause", "Pause", "paused", lambda pk, seen: pause_campaign(campaign_id=pk),
                (S.SENDING,)),
     Transition("resume", "Resume", "resumed", lambda pk, seen: resume_campaign(campaign_id=pk),
-               (S.PAUSED,)),
+               (S.PAUSED,), on_the_wire=True),
     Transition("cancel", "Cancel", "cancelled",
                lambda pk, seen: cancel_campaign(campaign_id=pk, expected=seen.status),
                (S.DRAFT, S.APPROVED, S.SENDING, S.PAUSED), dangerous=True),
@@ -111,6 +114,14 @@ def effect(transition: Transition, campaign: Campaign) -> str:
     return (f"{queued - in_doubt:,} queued recipients will never get it (cancelled){doubt}; "
             f"{on_wire:,} on the wire now finish; {sent:,} already sent stay sent. This cannot "
             "be undone (a follow-up campaign can resend to the rest later).")
+
+
+def _row(transition: Transition, campaign: Campaign) -> tuple[Campaign, str | None, str]:
+    """(campaign, what confirming does to it or None: left alone, a warning of its sender)."""
+    if campaign.status not in transition.allowed:
+        return campaign, None, ""
+    warning = sender_warning(campaign=campaign) if transition.on_the_wire else ""
+    return campaign, effect(transition, campaign), warning
 
 
 def _new_sender(campaign: Campaign) -> str:
@@ -210,15 +221,14 @@ class TransitionAdminMixin:
 
     def _confirmation(self, request, transition: Transition, campaigns, back_url, *,
                       from_list=False):
-        rows = [(c, effect(transition, c) if c.status in transition.allowed else None)
-                for c in campaigns]
+        rows = [_row(transition, c) for c in campaigns]
         return TemplateResponse(request, "growth/admin/campaign_confirm.html", {
             **self.admin_site.each_context(request),
             "title": f"{transition.button} {len(campaigns)} campaign{'s' if len(campaigns) != 1 else ''}?"
                      if from_list else f"{transition.button} “{campaigns[0]}”?",
             "opts": self.opts, "transition": transition, "rows": rows, "back_url": back_url,
             "from_list": from_list, "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "movable": sum(1 for _, e in rows if e is not None),
+            "movable": sum(1 for _, e, _ in rows if e is not None),
             "seen": [Seen.of(c).key(c.pk) for c in campaigns],
         })
 

@@ -387,6 +387,7 @@ class DkimKey:
     private_key: str = field(repr=False)
     source: str = ""  # where it is configured, for the report
     signs_this_sender: bool = True  # False: a platform key that another From domain uses
+    verified: bool = True  # False: a tenant's key not verified in DNS yet, which signs nothing
 
     @property
     def dns_name(self) -> str:

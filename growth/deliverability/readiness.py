@@ -9,8 +9,9 @@ For the account's From address (``Account.from_email``):
 2. **DKIM**: each key that may sign this tenant's mail — the account's own sending domains, the
    platform's (sending domains without an account, and ``DKIM_DOMAIN`` with
    ``DKIM_PRIVATE_KEY_FILE``) — published and equal to our key. The key that signs this sender's
-   mail is the one ``growth.sending.dkim.signer_for`` picks; a failure of a platform key that
-   signs other senders only is a WARN here. No key at all signs this sender: MISSING.
+   mail is the one ``growth.sending.dkim.signer_for`` picks (an account's key only once verified
+   in DNS); a failure of a key that signs other senders only, or of an account's key not
+   verified yet, is a WARN here. No key at all signs this sender: MISSING.
 3. **DMARC** of the From domain, aligned with that key's d= or with the envelope's domain.
 4. **One-click unsubscribe** (RFC 8058) at SITE_URL: https, and a POST to ``/u/<token>/``
    answered by our page. The probe's token is not a real one: nothing is unsubscribed, the
@@ -129,7 +130,12 @@ def check_account(account: Account, *, resolver: Resolver | None = None,
     signing_checks = []
     for key in keys:
         check = dns_checks.check_dkim(resolver, key)
-        if not key.signs_this_sender:
+        if not key.verified:
+            check.details.append("not verified: it signs no mail until “Verify in DNS” finds "
+                                 "this record")
+            if check.failing:
+                check.status = WARN
+        elif not key.signs_this_sender:
             check.details.append(f"this key signs other senders' mail, not {from_domain}'s")
             if check.failing:
                 check.status = WARN
@@ -201,7 +207,8 @@ def _keys(account: Account, address: str,
     rows = SendingDomain.objects.filter(Q(account=account) | Q(account__isnull=True))
     keys = [DkimKey(row.domain, row.selector, row.algorithm, row.private_key,
                     source=f"sending domain #{row.id} of "
-                           f"{'the platform' if row.account_id is None else 'the account'}")
+                           f"{'the platform' if row.account_id is None else 'the account'}",
+                    verified=row.account_id is None or row.verified_at is not None)
             for row in rows.order_by("account_id", "domain")]
     platform_file = _platform_key_file()
     if platform_file is not None:
@@ -251,8 +258,8 @@ def _no_key(from_domain: str) -> Check:
                      f"mail path ({settings.EMAIL_BACKEND}) does not sign here: an ESP signs with its "
                      "own key, verify the domain with it")
     return Check("DKIM", from_domain, MISSING, f"no DKIM key signs {from_domain}'s mail",
-                 publish=f"add a sending domain for {from_domain} (admin › Sending domains) and "
-                         "publish the record it shows")
+                 publish=f"add a sending domain for {from_domain} (admin › Sending domains), "
+                         "publish the record it shows, then “Verify in DNS”")
 
 
 def summary_counts(checks: Sequence[Check]) -> dict[str, int]:

@@ -30,11 +30,20 @@ takes its account's sender when it starts and when it resumes; nothing else sets
 which domains it may use and how to verify one; the refusal never says whether another tenant
 has the domain. A platform operator (superuser) is trusted with the rest, as an ESP's support
 staff are: it may save a sender the rule refuses (a tenant's domain checked by other means, a
-migration), and is warned on saving. It is refused only another account's verified domain: the
-way to share one between accounts is to verify it in each (their own selector and key), which
-an operator can do. A sender saved before the rule existed is not checked again until it is
-changed: editing an account's other fields never requires fixing it first. The worker does not
-check it either (an operator reviews the senders saved before).
+migration), and is warned on saving. It is refused only another account's verified domain
+(``Refusal.impersonates``): the way to share one between accounts is to verify it in each (their
+own selector and key), which an operator can do. A sender saved before the rule existed is not
+checked again until it is changed: editing an account's other fields never requires fixing it
+first.
+
+**What goes out** is held to that hard case only (``check_outgoing_sender``), whoever saved the
+sender and whenever: the operator's decisions that put a campaign on the wire (approve, send now,
+resume: ``growth.operations.campaigns``) refuse a campaign whose account's sender is on another
+account's verified domain, saying so (not which account); and the worker pauses a campaign that
+took such a sender, with the reason, before any of its mail goes out (where it builds the
+campaign's renderer, after each start and each resume that changed the sender). A sender the
+rule refuses otherwise still goes out: those decisions' confirmation pages, ``check_sender`` and
+the account page's panel warn of it.
 """
 
 from __future__ import annotations
@@ -52,6 +61,10 @@ from growth.sending.sender import sender_address
 MAX_SHOWN = 200  # characters of a published record quoted back: it is anyone's text
 
 
+class ImpersonatingSender(Exception):
+    """Mail as this sender would go out in another account's name: no one may send it."""
+
+
 @dataclass(frozen=True)
 class Refusal:
     """Why an account may not send as an address, said to the account's member; ``owner_id``:
@@ -60,6 +73,12 @@ class Refusal:
     reason: str
     domain: str
     owner_id: int | None = None
+
+    @property
+    def impersonates(self) -> bool:
+        """The hard case: another account's verified domain, refused to operators too and
+        never sent from; any other refusal an operator may override."""
+        return self.owner_id is not None
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,20 @@ def sender_refusal(*, account_id: int | None, address: str) -> Refusal | None:
         if owners:
             return Refusal(_not_usable(account_id=account_id, domain=domain), domain, owners[0])
     return Refusal(_not_usable(account_id=account_id, domain=domain), domain)
+
+
+def check_outgoing_sender(*, account_id: int, address: str) -> Refusal | None:
+    """Raise ImpersonatingSender when the account's mail may not go out as ``address`` at all:
+    it is on a domain another account verified and this one did not (``Refusal.impersonates``).
+    Else return the rule's refusal, for a warning (it goes out all the same), or None."""
+    refusal = sender_refusal(account_id=account_id, address=address)
+    if refusal is not None and refusal.impersonates:
+        raise ImpersonatingSender(
+            f"its sender {address} is on {refusal.domain}, a sending domain another account has "
+            "verified: its mail would go out in that account's name. Change the account's "
+            "sender, or add the domain to its sending domains (with a selector and key of its "
+            "own) and verify it in DNS.")
+    return refusal
 
 
 def _not_usable(*, account_id: int | None, domain: str) -> str:

@@ -1,5 +1,8 @@
 """Operator decisions about campaigns. Each one goes through a compare-and-set in the manager;
-when the CAS finds the campaign elsewhere, the error says where."""
+when the CAS finds the campaign elsewhere, the error says where. Those that put a campaign on
+the wire (approve, send now, resume) refuse one whose account's sender would impersonate another
+account (``sender_domains.check_outgoing_sender``): it takes that sender when it starts or
+resumes."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from datetime import datetime
 
 from django.core.exceptions import ValidationError
 
+from growth.deliverability.sender_domains import ImpersonatingSender, check_outgoing_sender
 from growth.managers.campaigns import Cancelled
 from growth.models import Campaign
 from growth.sending.rendering import check_content
@@ -28,6 +32,7 @@ def approve_campaign(*, campaign_id: int, send_now: bool = False,
         raise TransitionRefused(f"“{campaign}” is {campaign.status}, not draft.")
     check_content(subject=campaign.subject, body_text=campaign.body_text,
                   body_html=campaign.body_html)
+    _check_sender(campaign)
     if campaign.scheduled_for is None and not send_now:
         raise ValidationError({"scheduled_for": "Set when the campaign should go out, or send "
                                                 "it now."})
@@ -39,13 +44,16 @@ def approve_campaign(*, campaign_id: int, send_now: bool = False,
 def send_now(*, campaign_id: int, expected: str | None = None,
              version: datetime | None = None) -> None:
     """A draft is approved due at once; an approved campaign scheduled later becomes due now.
-    ``expected``, ``version``: only if it is still that status and that version."""
+    ``expected``, ``version``: only if it is still that status and that version. Raise
+    ValidationError for an unsendable campaign, TransitionRefused else."""
     campaign = _get(campaign_id)
     if expected is not None and campaign.status != expected:
         raise TransitionRefused(f"“{campaign}” is {campaign.status} now, not {expected}.")
     if campaign.status == Campaign.Status.DRAFT:
         approve_campaign(campaign_id=campaign_id, send_now=True, version=version)
-    elif not Campaign.objects.bring_forward(campaign_id=campaign_id):
+        return
+    _check_sender(campaign)
+    if not Campaign.objects.bring_forward(campaign_id=campaign_id):
         current = Campaign.objects.status_of(campaign_id=campaign_id)
         if current == Campaign.Status.APPROVED:
             raise TransitionRefused(f"“{campaign}” is already due: the worker starts it at its "
@@ -60,6 +68,9 @@ def pause_campaign(*, campaign_id: int) -> None:
 
 
 def resume_campaign(*, campaign_id: int) -> None:
+    """paused -> sending, as its account's sender now. Raise ValidationError when that sender
+    impersonates another account, TransitionRefused when the campaign is not paused."""
+    _check_sender(_get(campaign_id))
     if not Campaign.objects.resume(campaign_id=campaign_id):
         raise TransitionRefused(_moved(_get(campaign_id), "resumed", expected="paused"))
 
@@ -71,6 +82,32 @@ def cancel_campaign(*, campaign_id: int, expected: str | None = None) -> Cancell
     if cancelled is None:
         raise TransitionRefused(_moved(_get(campaign_id), "cancelled"))
     return cancelled
+
+
+def sender_warning(*, campaign: Campaign) -> str:
+    """For the page that confirms putting the campaign on the wire: what the rule says of the
+    sender it would take (its account's). Why it cannot go out, or that the rule refuses it to
+    the account's members, though it goes out (an operator may have proved the domain by other
+    means); "" when the rule allows it."""
+    address = campaign.account.from_email
+    try:
+        refusal = check_outgoing_sender(account_id=campaign.account_id, address=address)
+    except ImpersonatingSender as exc:
+        return f"It cannot go out: {exc}"
+    if refusal is None:
+        return ""
+    return (f"Its sender {address} is one the rule refuses to the account's members; it goes "
+            f"out as that sender all the same. {refusal.reason}")
+
+
+def _check_sender(campaign: Campaign) -> None:
+    """Raise ValidationError when the sender the campaign would take (its account's) is on
+    another account's verified domain."""
+    try:
+        check_outgoing_sender(account_id=campaign.account_id,
+                             address=campaign.account.from_email)
+    except ImpersonatingSender as exc:
+        raise ValidationError(f"It cannot go out: {exc}") from None
 
 
 def _get(campaign_id: int) -> Campaign:

@@ -3,9 +3,12 @@
 Which key signs a campaign's mail, looked up once per campaign by its renderer (one query):
 
 1. a sending domain whose domain is the From address's domain or a parent of it, the most
-   specific one: aligned with From, as DMARC wants. It is the tenant's own
-   (growth_sending_domains, its account) or a platform sending domain (no account: tenants that
-   send from an address of the platform's domain); for the same name, the tenant's own;
+   specific one: aligned with From, as DMARC wants. It is the tenant's own (growth_sending_domains,
+   its account), *verified* (``verified_at``: the DNS published its key when last checked,
+   ``growth.deliverability.sender_domains``), or a platform sending domain (no account: tenants
+   that send from an address of the platform's domain); for the same name, the tenant's own. A
+   tenant's key not verified is passed over as if it were not there: receivers would find no
+   public key for its signature, which then fails, where the platform's key signs validly;
 2. else the platform's key, ``DKIM_DOMAIN``: from ``DKIM_PRIVATE_KEY_FILE`` (with
    ``DKIM_SELECTOR`` and ``DKIM_ALGORITHM``), or, without a file, the platform sending domain
    of that name in the admin. It signs as d=DKIM_DOMAIN: a valid signature that builds the
@@ -288,8 +291,14 @@ def signer_for(*, account_id: int, from_email: str) -> Signer | None:
     candidates = [".".join(labels[i:]) for i in range(len(labels) - 1)] or [domain]
     platform = settings.DKIM_DOMAIN
     names = [*candidates, platform] if platform else candidates
+    # A platform row (no account) signs verified or not, as DKIM_PRIVATE_KEY_FILE does: only the
+    # platform's operator adds one and publishes its record (check_sender reads it), and the
+    # sender rule lets tenants send from it unverified. Held to verified_at, the platform rows
+    # that were never "Verified in DNS" would stop signing, or, for DKIM_DOMAIN, pause every
+    # campaign that needs it (no key), on the day this shipped.
     rows = list(SendingDomain.objects
-                .filter(Q(account_id=account_id) | Q(account__isnull=True), domain__in=names)
+                .filter(Q(account_id=account_id, verified_at__isnull=False)
+                        | Q(account__isnull=True), domain__in=names)
                 .values("id", "account_id", "domain", "selector", "algorithm", "private_key"))
     tenants = {row["domain"]: row for row in rows if row["account_id"] is not None}
     platforms = {row["domain"]: row for row in rows if row["account_id"] is None}

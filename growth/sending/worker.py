@@ -58,6 +58,7 @@ from django.conf import settings
 from django.db import connection
 
 from growth.audience.destinations import classify_recipient_domains
+from growth.deliverability.sender_domains import check_outgoing_sender
 from growth.feedback.bounces import smtp_hard_bounce
 from growth.job_ids import job_id
 from growth.managers.campaigns import Sending
@@ -734,14 +735,18 @@ class Worker:
 
     def _renderer(self, campaign_id: int) -> CampaignRenderer:
         """The campaign's renderer, built and tried once on a sample recipient: what fails
-        here fails for every recipient, and is the campaign's problem, not a row's."""
+        here fails for every recipient, and is the campaign's problem, not a row's. Built anew
+        after a start or a resume changed its sender, so that sender is checked: one on another
+        account's verified domain fails here (``sender_domains.check_outgoing_sender``)."""
         renderer = self._renderers.get(campaign_id)
         if renderer is None:
             if len(self._renderers) >= RENDERERS_KEPT:
                 self._renderers.clear()
             campaign = Campaign.objects.select_related("account").get(id=campaign_id)
+            content = CampaignContent.of(campaign)
+            check_outgoing_sender(account_id=content.account_id, address=content.from_email)
             self._links = self._links or LinkMaker()
-            renderer = CampaignRenderer(CampaignContent.of(campaign), links=self._links)
+            renderer = CampaignRenderer(content, links=self._links)
             renderer.render(job_id=job_id(campaign_id, 0), email=SAMPLE_RECIPIENT, subscriber_id=0)
             self._renderers[campaign_id] = renderer
         return renderer
