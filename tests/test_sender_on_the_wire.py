@@ -213,3 +213,20 @@ def test_an_unverified_key_and_no_platform_key_send_unsigned(tenant):
     row.save()
     assert dkim.signer_for(account_id=tenant.id, from_email="news@acme.example").domain == \
         "acme.example"
+
+
+@pytest.mark.django_db
+def test_a_test_message_is_not_sent_in_another_accounts_name_either(
+        smtp_settings, tenant, other_tenant):
+    from growth.operations.previews import send_test_message
+
+    campaign = CampaignFactory(account=tenant)
+    sending_domain(other_tenant, "globex.example")
+    send_as(tenant, "ceo@globex.example")
+
+    with pytest.raises(ValidationError) as refused:
+        send_test_message(campaign_id=campaign.id, to="operator@example.com")
+
+    assert f"No test was sent: its sender ceo@globex.example {IMPERSONATES}" in " ".join(
+        refused.value.messages)
+    assert smtp_settings.handler.accepted == []

@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.mail import EmailMultiAlternatives
 
 from growth.audience.addresses import parse_address
+from growth.deliverability.sender_domains import ImpersonatingSender, check_outgoing_sender
 from growth.models import Campaign, Subscriber
 from growth.sending.rendering import CampaignContent, CampaignRenderer, check_content
 from growth.sending.transports import Delivery, Outcome, get_transport
@@ -62,6 +63,11 @@ def send_test_message(*, campaign_id: int, to: str) -> None:
     Raise ValidationError (bad content or address) or SendTestFailed."""
     to = parse_address(to).email
     campaign = Campaign.objects.select_related("account").get(id=campaign_id)
+    try:  # a test goes out as the real mail would: not in another account's name either
+        check_outgoing_sender(account_id=campaign.account_id,
+                              address=campaign.sends_as.from_email)
+    except ImpersonatingSender as exc:
+        raise ValidationError(f"No test was sent: {exc}") from None
     # A key of its own, never a campaign row's: a receiver that de-duplicates must not mistake
     # a test for the real message (or the real message for a test it already has).
     key = f"test:{campaign.id}:{uuid.uuid4().hex}"
