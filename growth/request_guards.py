@@ -6,25 +6,31 @@
   ``request.POST`` then raised LookupError (``undefined``: UnicodeError): a 500 from the CSRF check
   of any form, and a one-click unsubscribe (RFC 8058 allows a multipart body) that lost its
   opt-out. Such a charset is ignored the same way.
-- **A NUL character in the admin's URLs.** PostgreSQL refuses NUL in text, so a NUL that reached
-  a query (a list's filter, a text primary key) was a 500. In the path no object is named so:
-  404; in the query string: 400. A form's fields refuse NUL themselves (Django's
+- **A NUL character in the admin's URLs, or in a cookie.** PostgreSQL refuses NUL in text, so a
+  NUL that reached a query (a list's filter, a text primary key, the session's key) was a 500. In
+  an admin path no object is named so: 404; in an admin query string: 400. A cookie with one is
+  none of ours (a quoted cookie may spell it ``\\000``): dropped, on every page, so a session
+  cookie of one is no session rather than a 500. A form's fields refuse NUL themselves (Django's
   ProhibitNullCharactersValidator), and the tenant's and the public pages read their own
   parameters (a damaged unsubscribe link gets its own page, which says so).
 - **Who is signing in.** The sign-in throttle counts failures per username and client address;
-  the address is the connection's, or the one the last of TRUSTED_PROXY_COUNT proxies saw.
+  the address is the connection's, or the one the last of TRUSTED_PROXY_COUNT proxies saw. The
+  username is the one typed, cut to what the throttle's table holds: Django's sign-in form does
+  not hold it to its max_length, and a longer one was a 500 when its failure was written.
 """
 
 from __future__ import annotations
 
 import ipaddress
 
+from axes.models import AccessBase
 from django.conf import settings
 from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 
 NUL = "\x00"
+USERNAME_LENGTH = AccessBase._meta.get_field("username").max_length
 
 
 class TextCharsetMiddleware:
@@ -37,11 +43,14 @@ class TextCharsetMiddleware:
         return self.get_response(request)
 
 
-class AdminNulMiddleware:
+class NulMiddleware:
     def __init__(self, get_response) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if any(NUL in name or NUL in value for name, value in request.COOKIES.items()):
+            request.COOKIES = {name: value for name, value in request.COOKIES.items()
+                               if NUL not in name and NUL not in value}
         if not request.path.startswith(reverse("admin:index")):
             return self.get_response(request)
         if NUL in request.path:
@@ -72,3 +81,10 @@ def client_address(request: HttpRequest) -> str | None:
         return str(ipaddress.ip_address(address))
     except ValueError:
         return None
+
+
+def client_username(request: HttpRequest, credentials: dict | None) -> str | None:
+    """The username a sign-in was tried with (as axes reads it), cut to USERNAME_LENGTH."""
+    field = settings.AXES_USERNAME_FORM_FIELD
+    username = credentials.get(field) if credentials else request.POST.get(field)
+    return username[:USERNAME_LENGTH] if isinstance(username, str) else username

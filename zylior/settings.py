@@ -75,7 +75,7 @@ MIDDLEWARE = [
     "growth.observability.health.ProbeMiddleware",  # before the host and https checks
     "django.middleware.security.SecurityMiddleware",
     "growth.request_guards.TextCharsetMiddleware",  # before anything reads a body
-    "growth.request_guards.AdminNulMiddleware",
+    "growth.request_guards.NulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files, from the WSGI server itself
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -302,6 +302,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "growth/locked_out.html"
 AXES_CLIENT_IP_CALLABLE = "growth.request_guards.client_address"
+AXES_USERNAME_CALLABLE = "growth.request_guards.client_username"
 AXES_SENSITIVE_PARAMETERS = ["password"]
 TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 

@@ -64,6 +64,11 @@ class IdSelection:
             names.update(path + suffix for suffix in FILTER_PARAMETERS)
         return names
 
+    def get_object(self, request, object_id, from_field=None):
+        # an empty ?_to_field= passes Django's check (it checks a value only when there is one),
+        # and its object pages then looked the field "" up, a 500: it selects by the key
+        return super().get_object(request, object_id, from_field or None)
+
     def to_field_allowed(self, request, to_field):
         # a reverse relation is no field to select by: Django reads its primary_key, a 500
         try:
