@@ -14,6 +14,7 @@ from growth.admin.account_edits import AccountEdits
 from growth.admin.membership_edits import MembersFormSet, MembershipEdits
 from growth.admin.pacing import warmup_schedule_html
 from growth.admin.scoping import IdSelection, ScopedRelatedFilter, TenantScopedAdmin, scoped_choices
+from growth.admin.segment_deletion import SegmentDeletionMixin
 from growth.admin.widgets import TolerantAutocomplete
 from growth.audience.address_files import UnreadableFile, read_csv
 from growth.audience.addresses import parse_address
@@ -142,7 +143,7 @@ class MembershipAdmin(MembershipEdits, IdSelection, SuperuserOnly, TolerantAutoc
 
 
 @admin.register(Segment)
-class SegmentAdmin(TenantScopedAdmin):
+class SegmentAdmin(SegmentDeletionMixin, TenantScopedAdmin):
     list_display = ["name", "account"]
     list_filter = [("account", ScopedRelatedFilter)]
     list_select_related = ["account"]

@@ -200,6 +200,14 @@ class CampaignAdmin(TransitionAdminMixin, MonitorMixin, ExportMixin, FollowUpAdm
                                   "nothing was saved.")
         obj.updated_at = version
 
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        # none chosen is a choice, but one that reaches the whole account: say so when it is made
+        if change and "segments" in form.changed_data and not form.cleaned_data.get("segments"):
+            self.message_user(request, f"“{form.instance}” names no segment now: it goes to every "
+                              f"segment of {form.instance.account}, every confirmed subscriber "
+                              "of the account.", messages.WARNING)
+
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)

@@ -76,6 +76,24 @@ class Sending(FromRow):
 
 
 @dataclass(frozen=True, slots=True)
+class AudienceLoss(FromRow):
+    """A campaign still to be built whose audience holds segments about to be deleted."""
+
+    campaign_id: int
+    account_id: int
+    name: str
+    status: str
+    follow_up: bool  # its segments are its original's: never edited
+    segment_ids: list[int]  # those it names; none: it names no segment (every segment)
+    keeps_others: bool  # it names a segment that stays
+
+    @property
+    def widens(self) -> bool:
+        """Left with no segment, it would go to every segment of its account."""
+        return bool(self.segment_ids) and not self.keeps_others
+
+
+@dataclass(frozen=True, slots=True)
 class MetricsSnapshot:
     campaigns: dict[str, int]  # status -> campaigns
     sending_rows: dict[str, int]  # status -> send rows of the campaigns now sending
@@ -159,6 +177,18 @@ class CampaignManager(models.Manager):
     def audience(self, *, campaign_id: int) -> dict[str, int]:
         """Return counts describing the campaign's segments: subscriber_rows, addresses, ..."""
         return QUERIES.one("audience", campaign_id=campaign_id)
+
+    def audiences_of_segments(self, segment_ids: list[int], *,
+                              lock: bool = False) -> list[AudienceLoss]:
+        """The campaigns still to be built (not cancelled) whose audience holds these segments.
+        ``lock``: in the transaction that deletes them, hold those campaigns first, as their
+        build does, so that the answer stands until the deletion commits."""
+        if lock:
+            if not transaction.get_connection().in_atomic_block:
+                raise RuntimeError("the lock would end with the statement: run it in a transaction")
+            QUERIES.rows("lock_audiences_of_segments", segment_ids=list(segment_ids))
+        return [AudienceLoss.from_row(row)
+                for row in QUERIES.rows("audiences_of_segments", segment_ids=list(segment_ids))]
 
     def progress(self, campaign_ids: list[int]) -> dict[int, dict[str, int]]:
         """Return {campaign_id: {send status: rows}} in one aggregate query."""

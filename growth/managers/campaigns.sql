@@ -304,3 +304,46 @@ SELECT 'sending_rows', r.status, sum(r.sends)::bigint
        ) r
  GROUP BY r.status
 HAVING sum(r.sends) <> 0;
+
+-- _audience_holds_segments --
+-- Campaign c is still to be built (not cancelled) and its audience holds one of the segments
+-- %(segment_ids)s: it names one, or it names none (every segment of its account).
+(c.recipients_built_at IS NULL
+ AND c.status <> 'cancelled'
+ AND (EXISTS (SELECT 1 FROM growth_campaigns_segments cs
+               WHERE cs.campaign_id = c.id AND cs.segment_id = ANY(%(segment_ids)s))
+      OR (NOT EXISTS (SELECT 1 FROM growth_campaigns_segments cs WHERE cs.campaign_id = c.id)
+          AND c.account_id IN (SELECT g.account_id FROM growth_segments g
+                                WHERE g.id = ANY(%(segment_ids)s)))))
+
+-- lock_audiences_of_segments --
+-- A deletion of segments, step 1: wait for, then hold until it commits, the campaigns whose
+-- audience still to be built holds them, in id order. A build holds its campaign's row (FOR KEY
+-- SHARE) from before it reads the segments to its commit (sends.sql, still_unbuilt), and so does
+-- an edit of a campaign's segments (the foreign key's check of each link it inserts): FOR UPDATE
+-- waits for both, so a build reads the segments before the deletion (and the deletion then finds
+-- the campaign built) or after it, never in between.
+SELECT c.id
+  FROM growth_campaigns c
+ WHERE {{ _audience_holds_segments }}
+ ORDER BY c.id
+   FOR UPDATE;
+
+-- audiences_of_segments --
+-- Step 2, in a statement of its own: its snapshot, taken after step 1's wait, shows what the
+-- holders of those rows committed (a build, an edit of the campaign's segments, another deletion).
+-- Each campaign whose audience still to be built holds the segments: those of them it names
+-- (none: it names no segment), and whether it names another segment, which stays.
+SELECT c.id AS campaign_id, c.account_id, c.name, c.status,
+       c.resend_of_id IS NOT NULL AS follow_up,
+       ARRAY(SELECT cs.segment_id
+               FROM growth_campaigns_segments cs
+              WHERE cs.campaign_id = c.id AND cs.segment_id = ANY(%(segment_ids)s)
+              ORDER BY cs.segment_id) AS segment_ids,
+       EXISTS (SELECT 1
+                 FROM growth_campaigns_segments cs
+                WHERE cs.campaign_id = c.id
+                  AND NOT cs.segment_id = ANY(%(segment_ids)s)) AS keeps_others
+  FROM growth_campaigns c
+ WHERE {{ _audience_holds_segments }}
+ ORDER BY c.id;

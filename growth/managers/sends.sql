@@ -14,10 +14,16 @@ SELECT pg_try_advisory_xact_lock(hashtextextended('growth_sends.build:' || %(cam
        AS locked;
 
 -- still_unbuilt --
--- the campaign, if it still waits for its build; a follow-up names what it resends
+-- the campaign, if it still waits for its build; a follow-up names what it resends. Its row is
+-- held (FOR KEY SHARE) from before the build reads its segments until it commits: a deletion of
+-- segments holds it FOR UPDATE to judge what it leaves the campaign (campaigns.sql,
+-- lock_audiences_of_segments), so the build reads the segments as they were before or after it,
+-- never while it judges. The weakest lock that does: an operator's pause or cancel (FOR NO KEY
+-- UPDATE) does not wait for a build, which can take minutes
 SELECT resend_of_id, coalesce(resend_root_id, resend_of_id) AS resend_root_id
   FROM growth_campaigns
- WHERE id = %(campaign_id)s AND status = 'sending' AND recipients_built_at IS NULL;
+ WHERE id = %(campaign_id)s AND status = 'sending' AND recipients_built_at IS NULL
+   FOR KEY SHARE;
 
 -- _in_audience --
 -- A subscriber row s that campaign c may mail: confirmed, in the campaign's segments (none
