@@ -230,3 +230,25 @@ def test_a_test_message_is_not_sent_in_another_accounts_name_either(
     assert f"No test was sent: its sender ceo@globex.example {IMPERSONATES}" in " ".join(
         refused.value.messages)
     assert smtp_settings.handler.accepted == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_campaign_stops_once_another_account_verifies_its_senders_domain(
+        smtp_settings, monkeypatch):
+    """A worker that built the campaign's renderer before Globex verified globex.example does
+    not go on sending the rest as Globex: a kept renderer is built anew, its sender checked, at
+    least every RENDERER_FRESH_FOR seconds (here at once)."""
+    monkeypatch.setattr("growth.sending.worker.RENDERER_FRESH_FOR", 0.0)
+    globex = AccountFactory(name="Globex")
+    campaign = sending_campaign(4, account__from_email="ceo@globex.example")  # nobody's yet
+    worker = Worker(batch_size=2, tick=0.01, lease=30, once=True)
+    worker.run()  # two sent as ceo@globex.example: no account had verified the domain
+    assert statuses(campaign) == {"sent": 2, "queued": 2}
+
+    sending_domain(globex, "globex.example")  # Globex proves the domain is its own
+    worker.run()  # the same worker, its renderer cached
+
+    campaign.refresh_from_db()
+    assert senders(smtp_settings) == ["ceo@globex.example"] * 2, senders(smtp_settings)
+    assert campaign.status == "paused" and IMPERSONATES in campaign.pause_reason
+    assert statuses(campaign) == {"sent": 2, "queued": 2}

@@ -2,12 +2,15 @@
 form, validated again against what the other save committed, its error on the field it concerns,
 what the operator typed still in front of them, and nothing written.
 
-Two races end a save after its form was found valid: the row it edits moved to a newer version
+These races end a save after its form was found valid: the row it edits moved to a newer version
 (``Overtaken``: growth.admin.versioned), or a value that must be unique (an account's slug, a
 segment's name in its account, a user's membership of an account…), free when the form checked
 it, was taken by a save that committed first (the database's unique violation, which PostgreSQL
-raises only once that save has committed). The transaction is rolled back and the view run once
-more: its form's own checks now see the winner's row. A form that lacks the check its constraint
+raises only once that save has committed); or a row one of its choices names, there when the
+form checked it, was deleted by a save that committed first (a foreign key violation, which
+PostgreSQL raises at this save's commit: Django's keys are deferred). The transaction is rolled
+back and the view run once more: its form's own checks now see the winner's rows (a choice
+deleted since is "not one of the available choices"). A form that lacks the check its constraint
 needs fails the same way again, and that is left loud (a 500), not retried."""
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 from django.db import IntegrityError
 
 UNIQUE_VIOLATION = "23505"  # SQLSTATE
+FOREIGN_KEY_VIOLATION = "23503"
+LOST = (UNIQUE_VIOLATION, FOREIGN_KEY_VIOLATION)
 
 
 class Overtaken(Exception):
@@ -24,7 +29,7 @@ class Overtaken(Exception):
 def lost_to_another_save(exc: BaseException) -> bool:
     """Return True if ``exc`` ended a save that another save, committed first, made invalid."""
     if isinstance(exc, IntegrityError):
-        return getattr(exc.__cause__, "sqlstate", None) == UNIQUE_VIOLATION
+        return getattr(exc.__cause__, "sqlstate", None) in LOST
     return isinstance(exc, Overtaken)
 
 

@@ -41,7 +41,9 @@ sender and whenever: the operator's decisions that put a campaign on the wire (a
 resume: ``growth.operations.campaigns``) refuse a campaign whose account's sender is on another
 account's verified domain, saying so (not which account); and the worker pauses a campaign that
 took such a sender, with the reason, before any of its mail goes out (where it builds the
-campaign's renderer, after each start and each resume that changed the sender). A sender the
+campaign's renderer, after each start and each resume that changed the sender, and again at
+least every ``worker.RENDERER_FRESH_FOR`` seconds: a domain another account verifies while the
+campaign sends stops it within that time, whichever worker sends it). A sender the
 rule refuses otherwise still goes out: those decisions' confirmation pages, ``check_sender`` and
 the account page's panel warn of it.
 """

@@ -97,6 +97,10 @@ STOP_GRACE = 5.0  # seconds a stopping worker still waits for an absent database
 HOUSEKEEPING_EVERY = 1.0  # seconds, while full batches keep coming
 HEARTBEAT_EVERY = 5.0  # seconds between "alive" rows; the admin calls a worker dead after 3 missed
 RENDERERS_KEPT = 32  # campaigns whose compiled templates a worker keeps
+# seconds a kept renderer is used before it is built anew: its sender checked again (another
+# account may have verified its domain since: sender_domains.check_outgoing_sender) and its DKIM
+# key looked up again (a tenant's key verified, or no longer, since: dkim.signer_for)
+RENDERER_FRESH_FOR = 60.0
 SAMPLE_RECIPIENT = "sample.recipient@example.com"  # a renderer's trial run, never sent
 UNSENT_PAST_THE_LEASE = "not sent: the claim's lease ran out before its turn on the wire"
 UNSENT_PAST_THE_WINDOW = "not sent: the campaign's sending window closed before its turn"
@@ -144,6 +148,7 @@ class Worker:
         self._stop = threading.Event()
         self._stop_at: float | None = None  # when stop() was first asked (time.monotonic())
         self._renderers: dict[int, CampaignRenderer] = {}
+        self._renderers_built: dict[int, float] = {}  # campaign id: when (time.monotonic())
         self._links: LinkMaker | None = None
         self._last_campaign_id: int | None = None
         self._pacer = Pacer(batch_size=batch_size, forgets_after=receiver_forgets_keys_after(
@@ -736,12 +741,17 @@ class Worker:
     def _renderer(self, campaign_id: int) -> CampaignRenderer:
         """The campaign's renderer, built and tried once on a sample recipient: what fails
         here fails for every recipient, and is the campaign's problem, not a row's. Built anew
-        after a start or a resume changed its sender, so that sender is checked: one on another
-        account's verified domain fails here (``sender_domains.check_outgoing_sender``)."""
+        after a start or a resume changed its sender, and at least every RENDERER_FRESH_FOR
+        seconds, so that sender is checked: one on another account's verified domain (verified
+        before the start, or since) fails here (``sender_domains.check_outgoing_sender``)."""
         renderer = self._renderers.get(campaign_id)
+        if (renderer is not None and time.monotonic()
+                - self._renderers_built.get(campaign_id, -math.inf) >= RENDERER_FRESH_FOR):
+            renderer = None  # built anew below: a sender checked once is not checked for good
         if renderer is None:
             if len(self._renderers) >= RENDERERS_KEPT:
                 self._renderers.clear()
+                self._renderers_built.clear()
             campaign = Campaign.objects.select_related("account").get(id=campaign_id)
             content = CampaignContent.of(campaign)
             check_outgoing_sender(account_id=content.account_id, address=content.from_email)
@@ -749,6 +759,7 @@ class Worker:
             renderer = CampaignRenderer(content, links=self._links)
             renderer.render(job_id=job_id(campaign_id, 0), email=SAMPLE_RECIPIENT, subscriber_id=0)
             self._renderers[campaign_id] = renderer
+            self._renderers_built[campaign_id] = time.monotonic()
         return renderer
 
     def _drop_stale_renderer(self, campaign: Sending) -> None:
