@@ -10,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from growth.models import Campaign
+from growth.operations.follow_ups import create_follow_up
 from tests.factories import CampaignFactory, SegmentFactory
 from tests.helpers import confirm, post_back, texts
 from tests.scenarios import operator, rows_by_status, sending_campaign
@@ -40,6 +41,18 @@ def test_the_page_names_each_draft_and_its_original_and_creates_nothing(client, 
     assert "“Copy of Spring sale”, a draft of Acme, from <b>Spring sale</b> (sending)" in body
     assert "“Copy of Autumn”, a draft of Acme, from <b>Autumn</b> (draft); segments: Members." in body
     assert Campaign.objects.count() == 2 and not LogEntry.objects.exists()
+
+
+def test_the_page_says_a_follow_ups_copy_is_no_follow_up(client, staff, tenant):
+    spring = sending_campaign(count=3, account=tenant, name="Spring sale")
+    assert Campaign.objects.pause(campaign_id=spring.id)
+    follow_up = create_follow_up(campaign_id=spring.id, name="Spring, again")
+
+    body = clone(client, spring, follow_up).content.decode()
+
+    said = "It is a follow-up (“resend to the rest”); its copy is not</b>"
+    assert body.count(said) == 1
+    assert body.index("from <b>Spring, again</b>") < body.index(said)
 
 
 def test_confirming_creates_the_drafts_logs_each_and_touches_no_recipient(client, staff, tenant):

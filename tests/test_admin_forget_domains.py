@@ -74,7 +74,7 @@ def test_the_page_counts_the_running_campaigns_recipients_on_the_domains_and_for
     body = page.content.decode()
     assert "2 cached domains will be forgotten" in body
     assert ("3 recipients of 1 running campaign (sending or paused), not yet sent (queued, or on "
-            "the wire), are on these domains: nothing changes for them.") in body
+            "the wire), are on these domains: nothing changes for them in these campaigns.") in body
     assert "<td>gmail.com</td>" in body and "<td>2 (paced as google)</td>" in body
     assert "<td>1 (paced as google)</td>" in body
     assert "example.org</td>" not in body
