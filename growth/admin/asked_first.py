@@ -9,9 +9,12 @@ than Django takes fields in a post (DATA_UPLOAD_MAX_NUMBER_FIELDS)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
+from django.contrib import messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.db import transaction
 
 LISTED = 100  # rows listed one by one on a confirmation page; beyond, a count
 PLANNED = "planned"
@@ -40,3 +43,42 @@ def hidden_fields(request, action: str, pks: Iterable, planned: str) -> list[tup
         fields.append(("select_across", "1"))
         pks = request.POST.getlist(ACTION_CHECKBOX_NAME)
     return fields + [(ACTION_CHECKBOX_NAME, pk) for pk in pks]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One list action that asks first: ``noun`` ("campaigns"), ``verb`` ("clone") and ``done``
+    ("cloned") word its messages; ``changed`` says what may have changed since the page."""
+
+    noun: str
+    verb: str
+    done: str
+    changed: str
+    gone: str = "is there any more"
+
+
+def ask_first(modeladmin, request, asked: Asked, *, shown: Callable[[], Sequence],
+              locked: Callable[[], Sequence], planned: Callable[[Sequence], str],
+              act: Callable[[Sequence], None], page: Callable[[Sequence], object]):
+    """The action: confirmed as promised, ``act`` on the rows ``locked`` (in the transaction that
+    compares them with the page, which they stay locked through); else the confirmation ``page``
+    of the rows ``shown``, again as things now stand if the page confirmed is stale."""
+    if confirmed(request):
+        with transaction.atomic():
+            rows = locked()
+            if rows and as_promised(request, planned(rows)):
+                act(rows)
+                return None  # back to the list
+        if not rows:
+            modeladmin.message_user(request, f"None of the selected {asked.noun} {asked.gone}: "
+                                    f"nothing was {asked.done}.", messages.WARNING)
+            return None
+        modeladmin.message_user(request, f"The {asked.noun} this would {asked.verb} changed since "
+                                f"the page was shown ({asked.changed}): nothing was {asked.done}. "
+                                "Here is what it would do now.", messages.WARNING)
+    rows = shown()
+    if not rows:
+        modeladmin.message_user(request, f"None of the selected {asked.noun} {asked.gone}: "
+                                f"nothing to {asked.verb}.", messages.WARNING)
+        return None
+    return page(rows)

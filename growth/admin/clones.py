@@ -5,10 +5,9 @@ content the page showed, and records each in its History."""
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db import transaction
 from django.template.response import TemplateResponse
 
-from growth.admin.asked_first import LISTED, as_promised, confirmed, digest, hidden_fields
+from growth.admin.asked_first import LISTED, Asked, ask_first, digest, hidden_fields
 from growth.operations.follow_ups import clone_campaign, clone_name
 
 ACTION = "clone"
@@ -20,42 +19,30 @@ def _planned(campaigns) -> str:
                    tuple(sorted(s.pk for s in c.segments.all()))) for c in campaigns)
 
 
+CLONE = Asked(noun="campaigns", verb="clone", done="cloned", changed="edited or deleted since")
+
+
 class CloneAdminMixin:
     @admin.action(description="Clone selected campaigns (new drafts)…", permissions=["add"])
     def clone(self, request, queryset):
-        if confirmed(request) and self._clone(request, queryset):
-            return None  # back to the list
-        campaigns = list(queryset.select_related("account").prefetch_related("segments")
-                         .order_by("id"))
-        if not campaigns:
-            self.message_user(request, "None of the selected campaigns is there any more: "
-                              "nothing to clone.", messages.WARNING)
-            return None
-        return self._clone_confirmation(request, campaigns)
+        return ask_first(
+            self, request, CLONE,
+            shown=lambda: list(queryset.select_related("account").prefetch_related("segments")
+                               .order_by("id")),
+            # no edit of an original between the comparison and its copy
+            locked=lambda: list(queryset.select_for_update(of=("self",))
+                                .prefetch_related("segments").order_by("id")),
+            planned=_planned, act=lambda campaigns: self._clone(request, campaigns),
+            page=lambda campaigns: self._clone_confirmation(request, campaigns))
 
-    def _clone(self, request, queryset) -> bool:
-        """Clone the campaigns the confirmed page listed, as it showed them, or none (False: the
-        page is to be shown again as things now stand)."""
-        with transaction.atomic():  # no edit of an original between the comparison and its copy
-            campaigns = list(queryset.select_for_update(of=("self",)).prefetch_related("segments")
-                             .order_by("id"))
-            if not campaigns:
-                self.message_user(request, "None of the selected campaigns is there any more: "
-                                  "nothing was cloned.", messages.WARNING)
-                return True
-            if not as_promised(request, _planned(campaigns)):
-                self.message_user(request, "The campaigns this would clone changed since the page "
-                                  "was shown (edited or deleted since): nothing was cloned. Here "
-                                  "is what it would do now.", messages.WARNING)
-                return False
-            clones = []
-            for campaign in campaigns:
-                copy = clone_campaign(campaign_id=campaign.id)
-                self.log_addition(request, copy, f"Clone of “{campaign}” (id {campaign.pk}).")
-                clones.append(copy)
+    def _clone(self, request, campaigns) -> None:
+        clones = []
+        for campaign in campaigns:
+            copy = clone_campaign(campaign_id=campaign.id)
+            self.log_addition(request, copy, f"Clone of “{campaign}” (id {campaign.pk}).")
+            clones.append(copy)
         self.message_user(request, f"{len(clones)} draft{'s' if len(clones) != 1 else ''} "
                           f"created: {', '.join(str(c) for c in clones)}.", messages.SUCCESS)
-        return True
 
     def _clone_confirmation(self, request, campaigns):
         rows = [(campaign, clone_name(campaign), list(campaign.segments.all()))

@@ -11,10 +11,9 @@ from collections import Counter, defaultdict
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.db import transaction
 from django.template.response import TemplateResponse
 
-from growth.admin.asked_first import LISTED, as_promised, confirmed, digest, hidden_fields
+from growth.admin.asked_first import LISTED, Asked, ask_first, digest, hidden_fields
 from growth.models import MailDomain
 
 ACTION = "forget"
@@ -36,38 +35,27 @@ def _paced_as(counts: Counter) -> str:
                                                         key=lambda c: (c[0] is None, c[0] or "")))
 
 
+FORGET = Asked(noun="domains", verb="forget", done="forgotten",
+               changed="forgotten, or resolved again, since", gone="is cached any more")
+
+
 class ForgetDomainsMixin:
     @admin.action(description="Forget the selected domains (resolved again when next met)…",
                   permissions=["delete"])
     def forget(self, request, queryset):
-        if confirmed(request) and self._forget(request, queryset):
-            return None  # back to the list
-        domains = list(queryset.select_related("destination").order_by("domain"))
-        if not domains:
-            self.message_user(request, "None of the selected domains is cached (any more): "
-                              "nothing to forget.", messages.WARNING)
-            return None
-        return self._forget_confirmation(request, domains)
+        return ask_first(
+            self, request, FORGET,
+            shown=lambda: list(queryset.select_related("destination").order_by("domain")),
+            # the rows are locked from the comparison to their deletion
+            locked=lambda: list(queryset.select_for_update(of=("self",)).order_by("domain")),
+            planned=_planned, act=lambda domains: self._forget(request, domains),
+            page=lambda domains: self._forget_confirmation(request, domains))
 
-    def _forget(self, request, queryset) -> bool:
-        """Forget the domains the confirmed page listed, as it listed them, or none (False: the
-        page is to be shown again as things now stand)."""
-        with transaction.atomic():  # the rows are locked from the comparison to their deletion
-            domains = list(queryset.select_for_update(of=("self",)).order_by("domain"))
-            if not domains:
-                self.message_user(request, "None of the selected domains is cached any more: "
-                                  "nothing was forgotten.", messages.WARNING)
-                return True
-            if not as_promised(request, _planned(domains)):
-                self.message_user(request, "The domains this would forget changed since the page "
-                                  "was shown (forgotten, or resolved again, since): nothing was "
-                                  "forgotten. Here is what it would do now.", messages.WARNING)
-                return False
-            self.log_deletions(request, domains)
-            count, _ = MailDomain.objects.filter(domain__in=[d.domain for d in domains]).delete()
+    def _forget(self, request, domains) -> None:
+        self.log_deletions(request, domains)
+        count, _ = MailDomain.objects.filter(domain__in=[d.domain for d in domains]).delete()
         self.message_user(request, f"{count} domain{'s' if count != 1 else ''} forgotten: the next "
                           "build that meets them resolves them again.", messages.SUCCESS)
-        return True
 
     def _forget_confirmation(self, request, domains):
         unsent = MailDomain.objects.unsent_on([d.domain for d in domains])
