@@ -253,6 +253,26 @@ class Suppression(models.Model):
         super().save(*args, **kwargs)
 
 
+class AccountLogEntry(models.Model):
+    """The account an admin LogEntry is about, for what a tenant's member does in /app/ (who
+    added, imported or removed suppressions): LogEntry has no account, and the entry of a removal
+    names a row that is gone. /app/ shows an account its trail through this and nothing else. The
+    address in full: LogEntry.object_repr keeps 200 characters of one, which may have 320."""
+
+    entry = models.OneToOneField("admin.LogEntry", on_delete=models.CASCADE, primary_key=True,
+                                 related_name="+")
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="+",
+                                db_index=False)  # the indexes below lead with it
+    email_lower = models.CharField(max_length=320, blank=True)  # "": an import's summary
+
+    class Meta:
+        db_table = "growth_account_log_entries"
+        indexes = [
+            models.Index(fields=["account", "entry"], name="account_log_recent"),
+            models.Index(fields=["account", "email_lower", "entry"], name="account_log_address"),
+        ]
+
+
 class OptOutClock(models.Model):
     """How many times a tenant's opt-outs changed in a way that may block a send: a suppression
     written, a confirmed subscriber no longer confirmed. Moved by triggers (migration 0022) in

@@ -17,11 +17,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from growth.admin.send_errors import read_error
 from growth.audience.address_files import UnreadableFile, read_csv, read_text, spreadsheet_safe
-from growth.audience.imports import import_suppressions
-from growth.audience.opt_outs import lookup_address, remove_suppression
+from growth.audience.opt_outs import lookup_address
 from growth.ledger.download import csv_download
 from growth.ledger.export import for_the_tenant
 from growth.models import Campaign, Membership, Subscriber, Suppression
+from growth.tenant import audit
 from growth.tenant.access import LOGIN_URL, member_view
 from growth.tenant.forms import AddSuppressionsForm, ImportSuppressionsForm, LookupForm, SuppressAddressForm
 
@@ -57,7 +57,8 @@ def suppression_list(request: HttpRequest, member: Membership) -> HttpResponse:
         reason = ""
     page = Paginator(suppressions, PAGE_SIZE).get_page(request.GET.get("page"))
     return _page(request, member, "suppression_list.html", page=page, query=query, reason=reason,
-                 reasons=Suppression.Reason.choices, counts=counts)
+                 reasons=Suppression.Reason.choices, counts=counts,
+                 changes=audit.recent_changes(member.account_id))
 
 
 def _counts_by_reason(suppressions) -> list[tuple[str, str, int]]:
@@ -77,8 +78,8 @@ def suppression_add(request: HttpRequest, member: Membership) -> HttpResponse:
     invalid = []
     if request.method == "POST" and form.is_valid():
         addresses = read_text(form.cleaned_data["addresses"])
-        report = import_suppressions(account_id=member.account_id, addresses=addresses,
-                                     reason=form.cleaned_data["reason"])
+        report = audit.add(member, request.user, addresses=addresses,
+                           reason=form.cleaned_data["reason"])
         if report.imported:
             _say_added(request, report)
             return redirect("growth:tenant:suppressions", slug=member.account.slug)
@@ -96,7 +97,7 @@ def suppression_remove(request: HttpRequest, member: Membership, pk: int) -> Htt
     back_to_lookup = request.POST.get("back", request.GET.get("back")) == "lookup"
     if request.method == "POST":
         try:
-            address = remove_suppression(account_id=member.account_id, suppression_id=pk)
+            address = audit.remove(member, request.user, suppression_id=pk)
         except Suppression.DoesNotExist:
             raise Http404("There is no such suppression in this account.") from None
         messages.success(request, f"{address} is no longer suppressed.")
@@ -121,10 +122,11 @@ def suppression_import(request: HttpRequest, member: Membership) -> HttpResponse
     report = error = None
     if request.method == "POST" and form.is_valid():
         try:
-            report = import_suppressions(account_id=member.account_id,
-                                         addresses=read_csv(form.cleaned_data["file"]),
-                                         skip_invalid=form.cleaned_data["skip_invalid"],
-                                         check_only=form.cleaned_data["check_only"])
+            report = audit.import_file(member, request.user,
+                                       addresses=read_csv(form.cleaned_data["file"]),
+                                       file_name=form.cleaned_data["file"].name,
+                                       skip_invalid=form.cleaned_data["skip_invalid"],
+                                       check_only=form.cleaned_data["check_only"])
         except UnreadableFile as exc:
             error = f"Nothing was imported: {exc}"
     return _page(request, member, "suppression_import.html", form=form, report=report, error=error)
@@ -193,9 +195,8 @@ def lookup_suppress(request: HttpRequest, member: Membership) -> HttpResponse:
         except ValidationError as exc:
             form.add_error("email", exc.messages)
         else:
-            if Suppression.objects.suppress(account_id=member.account_id,
-                                            email_lower=result.email_lower,
-                                            reason=form.cleaned_data["reason"]):
+            if audit.suppress_one(member, request.user, email_lower=result.email_lower,
+                                  reason=form.cleaned_data["reason"]):
                 messages.success(request, f"{result.email_lower} is suppressed.")
             else:
                 messages.info(request, f"{result.email_lower} was already suppressed; "
@@ -214,8 +215,10 @@ def _lookup_page(request: HttpRequest, member: Membership, form: LookupForm,
     if result and result.suppression is None and member.can_edit:
         suppress_form = SuppressAddressForm(initial={"email": result.email_lower})
     reason = failure and read_error(for_the_tenant(failure.last_error))
+    changes = result and audit.recent_changes(member.account_id, email_lower=result.email_lower)
     response = _page(request, member, "lookup.html", form=form, result=result, error=error,
-                     failure=failure, failure_reason=reason, suppress_form=suppress_form)
+                     failure=failure, failure_reason=reason, suppress_form=suppress_form,
+                     changes=changes)
     response.status_code = status
     return response
 
