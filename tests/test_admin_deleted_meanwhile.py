@@ -62,3 +62,27 @@ def test_a_suppression_naming_a_campaign_deleted_meanwhile_gets_its_form_back(
 
     assert response.status_code == 200, response.status_code
     assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_save_that_lost_a_race_to_a_delete_does_not_also_say_it_was_saved(
+        monkeypatch, tenant, other_tenant):
+    """Django says "was added successfully" before the deferred foreign key fails at the commit:
+    the form shown again must not claim a save that was rolled back."""
+    client = logged_in("alice")
+    client.raise_request_exception = False
+    admin_class = type(admin.site._registry[Segment])
+    original = admin_class.save_model
+
+    def save_after_the_other_commits(self, *args, **kwargs):
+        on_its_own_connection(
+            lambda: type(other_tenant).objects.filter(pk=other_tenant.pk).delete()).join(timeout=30)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(admin_class, "save_model", save_after_the_other_commits)
+    response = client.post(reverse("admin:growth_segment_add"),
+                           {"account": other_tenant.pk, "name": "Newsletter"})
+    body = response.content.decode()
+    assert response.status_code == 200 and "Select a valid choice" in body
+    assert not Segment.objects.filter(name="Newsletter").exists()
+    assert "successfully" not in body, "the page says the segment was added; nothing was"

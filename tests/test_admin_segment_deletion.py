@@ -13,14 +13,15 @@ from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
+from growth.admin import segment_deletion
 from growth.models import Campaign, Segment, Send
 from growth.operations.campaigns import approve_campaign, cancel_campaign
 from tests.factories import CampaignFactory, SegmentFactory, SubscriberFactory
-from tests.helpers import texts
+from tests.helpers import on_its_own_connection, texts
 from tests.scenarios import audience, operator
 
 pytestmark = pytest.mark.django_db
@@ -335,3 +336,47 @@ def test_a_build_under_way_holds_off_a_deletion_but_not_an_operators_pause(tenan
 
     assert outcome["result"].status_code == 302
     assert list(campaign.segments.all()) == [wanted]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_draft_naming_the_segment_committed_during_the_deletion_is_not_widened(
+        monkeypatch, tenant):
+    """A campaign that comes to name the segment after the deletion judged the campaigns (a new
+    draft, a clone, or an edit replacing its segments, committed by another operator meanwhile)
+    is neither locked nor judged; the deletion's cascade then removes its only link and it goes
+    to every segment of the account."""
+    staff = operator(tenant)
+    _, others = two_segments(tenant)
+    judged = segment_deletion.losses_of
+    threads = []
+
+    def judged_then_another_operator_commits(segments, *, lock):
+        losses = judged(segments, lock=lock)
+        def new_draft():
+            try:
+                with transaction.atomic():
+                    draft = CampaignFactory(account=tenant, name="Customers only")
+                    draft.segments.set([others])
+            except IntegrityError:
+                pass  # with the fix: the segment was deleted first
+        threads.append(on_its_own_connection(new_draft))
+        threads[-1].join(timeout=3)  # without the segments' lock it commits at once
+        return losses
+
+    monkeypatch.setattr(segment_deletion, "losses_of", judged_then_another_operator_commits)
+    request = RequestFactory().post("/")
+    request.user = staff
+    try:
+        with transaction.atomic():
+            admin.site._registry[Segment].delete_queryset(
+                request, Segment.objects.filter(pk=others.pk))
+    except segment_deletion.SegmentsInUse:
+        pass  # refused: what it must do (or wait and then refuse)
+
+    for thread in threads:
+        thread.join(timeout=30)  # with the fix: the draft's commit fails its foreign key
+    draft = Campaign.objects.filter(name="Customers only").first()
+    if draft is None:
+        return  # its link named a segment deleted before it committed: nothing saved
+    assert draft.segments.exists(), (
+        "the draft was left with no segment: it now goes to every segment of the account")

@@ -38,10 +38,21 @@ class ValidatedAgain:
     form, validated again."""
 
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        queued = _queued(request)
+        said = len(queued)
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)
         except (IntegrityError, Overtaken) as exc:
             if not lost_to_another_save(exc):
                 raise
         # Rolled back (Django's changeform_view is atomic), and out of the aborted transaction.
+        # What the lost save said (a deferred foreign key fails at the commit, after Django's
+        # "… was added successfully" and the admin's own messages) is unsaid with it.
+        del queued[said:]
         return super().changeform_view(request, object_id, form_url, extra_context)
+
+
+def _queued(request) -> list:
+    """The messages this request added so far (django.contrib.messages' storage), or a list
+    of nothing when the request has none."""
+    return getattr(getattr(request, "_messages", None), "_queued_messages", [])

@@ -187,6 +187,11 @@ class CampaignManager(models.Manager):
             if not transaction.get_connection().in_atomic_block:
                 raise RuntimeError("the lock would end with the statement: run it in a transaction")
             QUERIES.rows("lock_audiences_of_segments", segment_ids=list(segment_ids))
+            # then the segments, so that no campaign comes to name one of them before the
+            # deletion commits (the link's deferred foreign key waits for this lock, then fails),
+            # and again the campaigns: one that came to name one before this lock is held now
+            QUERIES.rows("lock_segments", segment_ids=list(segment_ids))
+            QUERIES.rows("lock_audiences_of_segments", segment_ids=list(segment_ids))
         return [AudienceLoss.from_row(row)
                 for row in QUERIES.rows("audiences_of_segments", segment_ids=list(segment_ids))]
 

@@ -329,6 +329,18 @@ SELECT c.id
  ORDER BY c.id
    FOR UPDATE;
 
+-- lock_segments --
+-- A deletion of segments, step 1b, between two runs of step 1: the segments themselves, so that
+-- a campaign edited, cloned or added meanwhile to name one of them either committed before this
+-- (and step 1 run again holds it, step 2 judges it) or waits at its commit for the deletion's
+-- (its link's foreign key check) and then fails: never a link that the deletion's cascade
+-- removes after step 2 judged the campaign without it, leaving it no segment.
+SELECT g.id
+  FROM growth_segments g
+ WHERE g.id = ANY(%(segment_ids)s)
+ ORDER BY g.id
+   FOR UPDATE;
+
 -- audiences_of_segments --
 -- Step 2, in a statement of its own: its snapshot, taken after step 1's wait, shows what the
 -- holders of those rows committed (a build, an edit of the campaign's segments, another deletion).
