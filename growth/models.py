@@ -254,22 +254,28 @@ class Suppression(models.Model):
 
 
 class AccountLogEntry(models.Model):
-    """The account an admin LogEntry is about, for what a tenant's member does in /app/ (who
-    added, imported or removed suppressions): LogEntry has no account, and the entry of a removal
-    names a row that is gone. /app/ shows an account its trail through this and nothing else. The
+    """One change a tenant's member made in /app/ (added, imported or removed suppressions), on
+    its account: /app/ shows an account its trail from these rows and nothing else. The admin's
+    LogEntry of the change (its History) is linked, but Django deletes a user's LogEntries with
+    the user: the row keeps its own copy of who, when and what, and outlives the entry. The
     address in full: LogEntry.object_repr keeps 200 characters of one, which may have 320."""
 
-    entry = models.OneToOneField("admin.LogEntry", on_delete=models.CASCADE, primary_key=True,
+    entry = models.OneToOneField("admin.LogEntry", on_delete=models.SET_NULL, null=True,
                                  related_name="+")
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="+",
                                 db_index=False)  # the indexes below lead with it
     email_lower = models.CharField(max_length=320, blank=True)  # "": an import's summary
+    username = models.CharField(max_length=150)  # as it was then
+    action_time = models.DateTimeField()
+    action_flag = models.PositiveSmallIntegerField()  # LogEntry's
+    change_message = models.TextField()
 
     class Meta:
         db_table = "growth_account_log_entries"
         indexes = [
-            models.Index(fields=["account", "entry"], name="account_log_recent"),
-            models.Index(fields=["account", "email_lower", "entry"], name="account_log_address"),
+            models.Index(fields=["account", "action_time", "id"], name="account_log_recent"),
+            models.Index(fields=["account", "email_lower", "action_time", "id"],
+                         name="account_log_address"),
         ]
 
 

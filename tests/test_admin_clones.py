@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.admin.models import ADDITION, LogEntry
+from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 
-from growth.models import Campaign
+from growth.models import Campaign, Segment
 from growth.operations.follow_ups import create_follow_up
 from tests.factories import CampaignFactory, SegmentFactory
 from tests.helpers import confirm, post_back, texts
 from tests.scenarios import operator, rows_by_status, sending_campaign
+from tests.test_admin_segment_deletion import _deleting, _in_a_thread, _waiting_on_a_lock
 
 pytestmark = pytest.mark.django_db
 
@@ -110,3 +112,33 @@ def test_another_tenants_campaign_is_neither_shown_nor_cloned(client, tenant, ot
 
     assert not Campaign.objects.filter(account=other_tenant).exclude(pk=theirs.pk).exists()
     assert not Campaign.objects.filter(name__startswith="Copy of").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_clone_confirmed_while_one_of_its_segments_is_deleted_creates_nothing_and_says_so(
+        tenant):
+    """The deletion locks the segment: the copy's link to it waits, then fails its foreign key at
+    the commit. Nothing is created, the operator is told why, and the page is shown again."""
+    staff = operator(tenant)
+    spring = sending_campaign(count=2, account=tenant, name="Spring sale")  # built: not held
+    extra = SegmentFactory(account=tenant, name="Extra")  # nobody in it: nothing protects it
+    spring.segments.set([extra])
+    cloning = Client()
+    cloning.force_login(staff)
+    page = clone(cloning, spring)
+
+    with transaction.atomic():
+        _deleting(staff, extra)
+        thread, outcome = _in_a_thread(lambda: post_back(cloning, URL, page))
+        assert _waiting_on_a_lock()
+    thread.join(timeout=30)
+
+    assert "error" not in outcome, outcome
+    response = outcome["result"]
+    assert response.status_code == 200
+    assert texts(response) == ["Nothing was cloned: a segment of one of them was deleted "
+                               "meanwhile. Here is what it would do now."]
+    assert "1 draft will be created" in response.content.decode()
+    assert not Campaign.objects.filter(name__startswith="Copy of").exists()
+    assert not LogEntry.objects.filter(action_flag=ADDITION).exists()
+    assert not Segment.objects.filter(pk=extra.pk).exists()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.admin.models import LogEntry
+from django.contrib.admin.models import ADDITION, LogEntry
+from django.db import transaction
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -15,6 +17,7 @@ from growth.operations.campaigns import pause_campaign
 from tests.factories import SegmentFactory
 from tests.helpers import texts
 from tests.scenarios import operator, sending_campaign
+from tests.test_admin_segment_deletion import _deleting, _in_a_thread, _waiting_on_a_lock
 from tests.test_follow_up_corrected_address import edit_address, onto_a_newcomer
 from tests.test_follow_ups import build
 
@@ -133,3 +136,32 @@ def test_a_follow_ups_segments_are_its_originals_and_cannot_be_narrowed(client, 
     follow_up.refresh_from_db()
     assert follow_up.subject == "Again"  # the rest of the draft is edited as before
     assert set(follow_up.segments.values_list("id", flat=True)) == segments
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_follow_up_confirmed_while_a_segment_of_the_campaign_is_deleted_creates_nothing(tenant):
+    """The deletion locks the segment: the follow-up's link to it waits, then fails its foreign
+    key at the commit. Nothing is created, and the operator is told why, on the page again."""
+    staff = operator(tenant)
+    campaign = paused(tenant, ["sent", "failed"])
+    extra = SegmentFactory(account=tenant, name="Extra")  # nobody in it: nothing protects it
+    campaign.segments.set([extra])
+    resending = Client()
+    resending.force_login(staff)
+
+    with transaction.atomic():
+        _deleting(staff, extra)
+        thread, outcome = _in_a_thread(
+            lambda: resending.post(resend_url(campaign), {"name": "Spring sale, again"}))
+        assert _waiting_on_a_lock()
+    thread.join(timeout=30)
+
+    assert "error" not in outcome, outcome
+    response = outcome["result"]
+    assert response.status_code == 200
+    assert texts(response) == ["Nothing was created: a segment of “Spring sale” was deleted "
+                               "meanwhile. Look again at what the follow-up would reach now, "
+                               "then confirm."]
+    assert "would reach 1 recipient" in response.content.decode()
+    assert not Campaign.objects.filter(resend_of=campaign).exists()
+    assert not LogEntry.objects.filter(user=staff, action_flag=ADDITION).exists()

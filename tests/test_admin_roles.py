@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 
 from growth.models import Campaign, Segment, Subscriber, Suppression
-from tests.factories import CampaignFactory, SegmentFactory, SubscriberFactory
+from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
 from tests.helpers import confirm, texts
 from tests.scenarios import operator, sending_campaign
 
@@ -48,6 +48,30 @@ def test_actions_leave_the_viewers_rows_alone_and_say_so(client, viewer, tenant,
 
     assert Campaign.objects.get(pk=mine.pk).status == "paused"
     assert Campaign.objects.get(pk=theirs.pk).status == "sending"
+
+
+def test_ids_not_the_users_are_left_alone_as_not_theirs_or_not_there(client, viewer, tenant,
+                                                                     other_tenant):
+    """Neither an id of a third tenant's campaign nor one of none is blamed on a role; the two are
+    counted together, worded alike, so that no answer says which ids another tenant has. The
+    viewer's own account's row keeps its true reason."""
+    stranger = sending_campaign(count=2, account=AccountFactory(name="Initech"))
+    theirs = sending_campaign(count=2, account=tenant)
+    mine = sending_campaign(count=2, account=other_tenant)
+    missing = max(Campaign.objects.values_list("pk", flat=True)) + 1
+
+    selection = {"action": "pause", "_selected_action": [stranger.pk, missing, mine.pk]}
+    said = texts(client.post(reverse("admin:growth_campaign_changelist"), selection))
+    assert "2 selected left alone: not yours to change, or not there." in said
+    assert not any("viewer" in text for text in said)
+
+    selection["_selected_action"].append(theirs.pk)
+    said = texts(client.post(reverse("admin:growth_campaign_changelist"), selection))
+    assert said == ["1 selected left alone: your role in their account is viewer (read only).",
+                    "2 selected left alone: not yours to change, or not there."]
+    confirm(client, reverse("admin:growth_campaign_changelist"), selection)
+    assert [Campaign.objects.get(pk=c.pk).status for c in (stranger, theirs, mine)] == [
+        "sending", "sending", "paused"]
 
 
 def test_forms_offer_only_the_accounts_the_user_may_change(client, viewer, tenant, other_tenant):

@@ -169,3 +169,25 @@ def test_hostile_input_is_stored_whole_and_shown_escaped(client, tenant):
     lookup = page(client, "lookup", tenant, email=long)
     assert lookup.count(long) >= 2  # the address, and its removal in full (object_repr keeps 200)
     assert "Removed" in lookup
+
+
+# --- the trail outlives the member who wrote it ---------------------------------------------------
+
+def test_the_trail_still_says_who_lifted_a_suppression_once_their_user_is_deleted(client, tenant):
+    row = Suppression.objects.create(account=tenant, email_lower="gone@example.com", reason="bounced")
+    leaver = member(tenant, username="leaver")
+    client.force_login(leaver)
+    client.post(url("suppression-remove", tenant, row.pk))
+    client.post(url("suppression-add", tenant), {"addresses": "new@example.com", "reason": "manual"})
+    [removal, _] = entries()
+
+    leaver.delete()
+    assert not LogEntry.objects.exists()  # Django's: a user's entries go with it
+
+    client.force_login(member(tenant, username="stayer"))
+    for body in (page(client, "lookup", tenant, email="gone@example.com"),
+                 page(client, "suppressions", tenant)):
+        assert "<strong>leaver</strong> · Removed <span class=\"address\">gone@example.com</span>" in body
+        assert escape(removal.change_message) in body
+    assert "<strong>leaver</strong> · Added <span class=\"address\">new@example.com</span>" in page(
+        client, "suppressions", tenant)

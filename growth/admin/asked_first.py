@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from django.contrib import messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.db import transaction
+from django.db import IntegrityError, transaction
+
+from growth.admin.races import lost_to_another_save, queued_messages
 
 LISTED = 100  # rows listed one by one on a confirmation page; beyond, a count
 PLANNED = "planned"
@@ -48,13 +50,15 @@ def hidden_fields(request, action: str, pks: Iterable, planned: str) -> list[tup
 @dataclass(frozen=True)
 class Asked:
     """One list action that asks first: ``noun`` ("campaigns"), ``verb`` ("clone") and ``done``
-    ("cloned") word its messages; ``changed`` says what may have changed since the page."""
+    ("cloned") word its messages; ``changed`` says what may have changed since the page, ``lost``
+    what another save, committed while the action ran, can have removed from under it."""
 
     noun: str
     verb: str
     done: str
     changed: str
     gone: str = "is there any more"
+    lost: str = "a row it needs was changed or deleted meanwhile"
 
 
 def ask_first(modeladmin, request, asked: Asked, *, shown: Callable[[], Sequence],
@@ -62,20 +66,35 @@ def ask_first(modeladmin, request, asked: Asked, *, shown: Callable[[], Sequence
               act: Callable[[Sequence], None], page: Callable[[Sequence], object]):
     """The action: confirmed as promised, ``act`` on the rows ``locked`` (in the transaction that
     compares them with the page, which they stay locked through); else the confirmation ``page``
-    of the rows ``shown``, again as things now stand if the page confirmed is stale."""
+    of the rows ``shown``, again as things now stand if the page confirmed is stale or the
+    transaction lost to another save (growth.admin.races: rolled back, nothing done)."""
     if confirmed(request):
-        with transaction.atomic():
-            rows = locked()
-            if rows and as_promised(request, planned(rows)):
-                act(rows)
+        queued = queued_messages(request)
+        said = len(queued)
+        try:
+            with transaction.atomic():
+                rows = locked()
+                promised = bool(rows) and as_promised(request, planned(rows))
+                if promised:
+                    act(rows)
+        except IntegrityError as exc:  # a deferred foreign key fails at the commit, after act
+            if not lost_to_another_save(exc):
+                raise
+            del queued[said:]  # what act said, undone with it
+            modeladmin.message_user(request, f"Nothing was {asked.done}: {asked.lost}. Here is "
+                                    "what it would do now.", messages.WARNING)
+        else:
+            if promised:
                 return None  # back to the list
-        if not rows:
-            modeladmin.message_user(request, f"None of the selected {asked.noun} {asked.gone}: "
-                                    f"nothing was {asked.done}.", messages.WARNING)
-            return None
-        modeladmin.message_user(request, f"The {asked.noun} this would {asked.verb} changed since "
-                                f"the page was shown ({asked.changed}): nothing was {asked.done}. "
-                                "Here is what it would do now.", messages.WARNING)
+            if not rows:
+                modeladmin.message_user(request, f"None of the selected {asked.noun} "
+                                        f"{asked.gone}: nothing was {asked.done}.",
+                                        messages.WARNING)
+                return None
+            modeladmin.message_user(request, f"The {asked.noun} this would {asked.verb} changed "
+                                    f"since the page was shown ({asked.changed}): nothing was "
+                                    f"{asked.done}. Here is what it would do now.",
+                                    messages.WARNING)
     rows = shown()
     if not rows:
         modeladmin.message_user(request, f"None of the selected {asked.noun} {asked.gone}: "

@@ -19,7 +19,9 @@ def _planned(campaigns) -> str:
                    tuple(sorted(s.pk for s in c.segments.all()))) for c in campaigns)
 
 
-CLONE = Asked(noun="campaigns", verb="clone", done="cloned", changed="edited or deleted since")
+CLONE = Asked(noun="campaigns", verb="clone", done="cloned", changed="edited or deleted since",
+              # a segment's deletion locks the segments, and a copy's links to them then fail
+              lost="a segment of one of them was deleted meanwhile")
 
 
 class CloneAdminMixin:

@@ -7,11 +7,13 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from growth.admin.races import lost_to_another_save
 from growth.models import Campaign
 from growth.operations.campaigns import TransitionRefused
 from growth.operations.follow_ups import (
@@ -58,6 +60,15 @@ class FollowUpAdminMixin:
             except TransitionRefused as exc:
                 self.message_user(request, str(exc), messages.ERROR)
                 return HttpResponseRedirect(change_url)
+            except IntegrityError as exc:
+                # a segment's deletion locks the segments: the copy's links to them wait, then
+                # fail their foreign key at the commit (rolled back: nothing was created)
+                if not lost_to_another_save(exc):
+                    raise
+                self.message_user(request, f"Nothing was created: a segment of “{original}” was "
+                                  "deleted meanwhile. Look again at what the follow-up would "
+                                  "reach now, then confirm.", messages.ERROR)
+                return self._resend_page(request, original, form, change_url)
             self.log_addition(request, follow_up, f"Follow-up of “{original}” (id {original.pk}), "
                               f"resend to the rest; unknown included: "
                               f"{form.cleaned_data['include_unknown']}, new subscribers included: "
@@ -69,6 +80,9 @@ class FollowUpAdminMixin:
                 "it, set when it should go out, and approve it.", follow_up, original),
                 messages.SUCCESS)
             return HttpResponseRedirect(reverse("admin:growth_campaign_change", args=[follow_up.pk]))
+        return self._resend_page(request, original, form, change_url)
+
+    def _resend_page(self, request, original, form, change_url):
         counted = resend_audience(original)
         return TemplateResponse(request, "growth/admin/campaign_resend.html", {
             **self.admin_site.each_context(request),

@@ -38,7 +38,7 @@ class ValidatedAgain:
     form, validated again."""
 
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
-        queued = _queued(request)
+        queued = queued_messages(request)
         said = len(queued)
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)
@@ -52,7 +52,7 @@ class ValidatedAgain:
         return super().changeform_view(request, object_id, form_url, extra_context)
 
 
-def _queued(request) -> list:
+def queued_messages(request) -> list:
     """The messages this request added so far (django.contrib.messages' storage), or a list
     of nothing when the request has none."""
     return getattr(getattr(request, "_messages", None), "_queued_messages", [])

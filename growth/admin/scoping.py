@@ -119,12 +119,20 @@ class TenantScopedAdmin(ValidatedAgain, IdSelection, admin.ModelAdmin):
         if any(self._changes_rows(name) for name in request.POST.getlist("action")):
             editable = scoped(queryset, request.user, account_field=self.account_field,
                               editable=True)
-            selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+            selected = {self.opts.pk.to_python(pk)
+                        for pk in request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)}
             if not request.POST.get("select_across") and selected:
-                left = len(selected) - editable.filter(pk__in=selected).count()
-                if left > 0:
-                    self.message_user(request, f"{left} selected left alone: your role in their "
+                shown = queryset.filter(pk__in=selected).count()
+                viewed = shown - editable.filter(pk__in=selected).count()
+                # another tenant's id and no id at all are one count, worded alike: telling
+                # them apart would say which ids another tenant has
+                elsewhere = len(selected) - shown
+                if viewed:
+                    self.message_user(request, f"{viewed} selected left alone: your role in their "
                                       "account is viewer (read only).", messages.WARNING)
+                if elsewhere:
+                    self.message_user(request, f"{elsewhere} selected left alone: not yours to "
+                                      "change, or not there.", messages.WARNING)
             queryset = editable
         return super().response_action(request, queryset)
 

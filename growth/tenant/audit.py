@@ -1,6 +1,8 @@
 """What a member does to the suppression list in /app/, recorded as the admin records an
 operator: a LogEntry naming the user (its History), written in the same transaction as the change,
-and linked to the account (AccountLogEntry), through which /app/ shows each account its own trail.
+and an AccountLogEntry of the account, through which /app/ shows each account its own trail. The
+latter keeps its own copy of the entry (who, when, what): Django deletes a user's LogEntries with
+the user, and the account's trail must still say who lifted a suppression.
 
 As in the admin: one entry per suppression added (its Suppression's History) or removed (the row
 is gone: the entry keeps its id and address); an imported file is one entry on the account with
@@ -102,10 +104,9 @@ def recent_changes(account_id: int, *, email_lower: str | None = None,
     links = AccountLogEntry.objects.filter(account_id=account_id)
     if email_lower is not None:
         links = links.filter(email_lower=email_lower)
-    links = links.select_related("entry__user").order_by("-entry_id")[:limit]
-    return [Change(link.entry.action_time, link.entry.user.get_username(),
-                   ACTIONS.get(link.entry.action_flag, ""), link.email_lower,
-                   link.entry.change_message) for link in links]
+    links = links.order_by("-action_time", "-id")[:limit]
+    return [Change(link.action_time, link.username, ACTIONS.get(link.action_flag, ""),
+                   link.email_lower, link.change_message) for link in links]
 
 
 def _record_added(member: Membership, user, emails_lower: list[str], reason: str) -> None:
@@ -124,5 +125,7 @@ def _record(user, account_id: int, entries: Iterable[tuple[LogEntry, str]]) -> N
         entry.user_id = user.pk
     LogEntry.objects.bulk_create([entry for entry, _ in entries], batch_size=BATCH)
     AccountLogEntry.objects.bulk_create(
-        [AccountLogEntry(entry=entry, account_id=account_id, email_lower=email)
+        [AccountLogEntry(entry=entry, account_id=account_id, email_lower=email,
+                         username=user.get_username(), action_time=entry.action_time,
+                         action_flag=entry.action_flag, change_message=entry.change_message)
          for entry, email in entries], batch_size=BATCH)
