@@ -103,18 +103,42 @@ def concurrently(count: int, func: Callable[[int], object]) -> list[object]:
     return results
 
 
-def on_its_own_connection(func: Callable[[], object]) -> threading.Thread:
-    """Start func in a thread, on a database connection of its own, closed when it returns."""
+def on_its_own_connection(func: Callable[[], object],
+                          outcome: dict | None = None) -> threading.Thread:
+    """Start func in a thread, on a database connection of its own, closed when it returns;
+    ``outcome`` (if given) gets its ``result`` or the ``error`` it raised."""
 
     def run() -> None:
         try:
-            func()
+            result = func()
+            if outcome is not None:
+                outcome["result"] = result
+        except Exception as exc:
+            if outcome is None:
+                raise
+            outcome["error"] = exc
         finally:
             connection.close()
 
     thread = threading.Thread(target=run)
     thread.start()
     return thread
+
+
+def waiting_on_a_lock(timeout: float = 10.0) -> bool:
+    """Whether another session of this database waits for a lock within ``timeout`` seconds
+    (a race staged: the statement that should wait does)."""
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            # the statistics are read once a transaction, and the caller may be in one
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                           " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
+            if cursor.fetchone()[0]:
+                return True
+            time.sleep(0.01)
+    return False
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

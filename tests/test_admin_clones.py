@@ -13,9 +13,9 @@ from django.urls import reverse
 from growth.models import Campaign, Segment
 from growth.operations.follow_ups import create_follow_up
 from tests.factories import CampaignFactory, SegmentFactory
-from tests.helpers import confirm, post_back, texts
+from tests.helpers import confirm, post_back, texts, waiting_on_a_lock
 from tests.scenarios import operator, rows_by_status, sending_campaign
-from tests.test_admin_segment_deletion import _deleting, _in_a_thread, _waiting_on_a_lock
+from tests.test_admin_segment_deletion import _deleting, _in_a_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -130,7 +130,7 @@ def test_a_clone_confirmed_while_one_of_its_segments_is_deleted_creates_nothing_
     with transaction.atomic():
         _deleting(staff, extra)
         thread, outcome = _in_a_thread(lambda: post_back(cloning, URL, page))
-        assert _waiting_on_a_lock()
+        assert waiting_on_a_lock()
     thread.join(timeout=30)
 
     assert "error" not in outcome, outcome

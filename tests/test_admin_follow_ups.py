@@ -15,9 +15,9 @@ from django.utils import timezone
 from growth.models import Campaign, Send
 from growth.operations.campaigns import pause_campaign
 from tests.factories import SegmentFactory
-from tests.helpers import texts
+from tests.helpers import texts, waiting_on_a_lock
 from tests.scenarios import operator, sending_campaign
-from tests.test_admin_segment_deletion import _deleting, _in_a_thread, _waiting_on_a_lock
+from tests.test_admin_segment_deletion import _deleting, _in_a_thread
 from tests.test_follow_up_corrected_address import edit_address, onto_a_newcomer
 from tests.test_follow_ups import build
 
@@ -153,7 +153,7 @@ def test_a_follow_up_confirmed_while_a_segment_of_the_campaign_is_deleted_create
         _deleting(staff, extra)
         thread, outcome = _in_a_thread(
             lambda: resending.post(resend_url(campaign), {"name": "Spring sale, again"}))
-        assert _waiting_on_a_lock()
+        assert waiting_on_a_lock()
     thread.join(timeout=30)
 
     assert "error" not in outcome, outcome

@@ -6,14 +6,13 @@ from __future__ import annotations
 import html
 import re
 import threading
-import time
 
 import pytest
 from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
@@ -21,7 +20,7 @@ from growth.admin import segment_deletion
 from growth.models import Campaign, Segment, Send
 from growth.operations.campaigns import approve_campaign, cancel_campaign
 from tests.factories import CampaignFactory, SegmentFactory, SubscriberFactory
-from tests.helpers import on_its_own_connection, texts
+from tests.helpers import on_its_own_connection, texts, waiting_on_a_lock
 from tests.scenarios import audience, operator
 
 pytestmark = pytest.mark.django_db
@@ -219,19 +218,6 @@ def test_another_tenants_segment_is_a_404_and_is_never_touched_or_named(client, 
 
 # --- at the same moment --------------------------------------------------------------------------
 
-def _waiting_on_a_lock(timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            cursor.execute("SELECT pg_stat_clear_snapshot()")  # read once a transaction, else
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                           " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
-            if cursor.fetchone()[0]:
-                return True
-            time.sleep(0.02)
-    return False
-
-
 def _deleting(staff, segment):
     """Run the admin's deletion of ``segment`` in the caller's transaction (not committed)."""
     request = RequestFactory().post("/")
@@ -241,18 +227,7 @@ def _deleting(staff, segment):
 
 def _in_a_thread(func) -> tuple[threading.Thread, dict]:
     outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = func()
-        except Exception as exc:  # surfaced to the test
-            outcome["error"] = exc
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, outcome
+    return on_its_own_connection(func, outcome), outcome
 
 
 @pytest.mark.django_db(transaction=True)
@@ -268,7 +243,7 @@ def test_two_deletions_at_the_same_moment_cannot_leave_a_campaign_with_no_segmen
     with transaction.atomic():
         _deleting(staff, others)
         thread, outcome = _in_a_thread(lambda: second.post(delete_url(wanted), {"post": "yes"}))
-        assert _waiting_on_a_lock()
+        assert waiting_on_a_lock()
     thread.join(timeout=30)
 
     assert REFUSED in page(outcome["result"])
@@ -288,7 +263,7 @@ def test_a_build_at_the_same_moment_reads_the_segments_after_the_deletion(tenant
         _deleting(staff, others)
         thread, outcome = _in_a_thread(
             lambda: Send.objects.build_recipients(campaign_id=campaign.id))
-        assert _waiting_on_a_lock()
+        assert waiting_on_a_lock()
     thread.join(timeout=30)
 
     assert outcome == {"result": 2}
@@ -331,7 +306,7 @@ def test_a_build_under_way_holds_off_a_deletion_but_not_an_operators_pause(tenan
         pausing.join(timeout=30)
         assert paused == {"result": True}
         thread, outcome = _in_a_thread(lambda: deleting.post(delete_url(others), {"post": "yes"}))
-        assert _waiting_on_a_lock()
+        assert waiting_on_a_lock()
     thread.join(timeout=30)
 
     assert outcome["result"].status_code == 302

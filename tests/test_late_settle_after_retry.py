@@ -9,15 +9,14 @@ operator accepted). Both protocols, real connections in real threads."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 
 from growth.models import Send, SendLease, SendTally
 from growth.operations.unknown_sends import retry_unknown
 from growth.sending.transports import Outcome
-from tests.helpers import concurrently
+from tests.helpers import concurrently, waiting_on_a_lock
 from tests.scenarios import sending_campaign
 from tests.test_leases import _claim, _expire, _settle
 from tests.test_settle_recover import claim_and_hand_over, expire_leases, settle
@@ -73,18 +72,6 @@ def _claim_again(send_id: int, protocol: str) -> list[int]:
     return ids
 
 
-def _waiting_on_a_lock(timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                           " AND wait_event_type = 'Lock'")
-            if cursor.fetchone()[0]:
-                return True
-            time.sleep(0.02)
-    return False
-
-
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_late_sent_settled_before_the_retry_wins_and_the_retry_moves_nothing(protocol):
     """Order 1 (settle first): recorded once, never requeued, counted once."""
@@ -126,7 +113,7 @@ def test_a_late_sent_that_arrives_while_the_operators_retry_commits_is_not_lost(
     for thread in threads:
         thread.start()
     retried.wait(15)
-    settle_waited = _waiting_on_a_lock()  # seen from this thread's own connection
+    settle_waited = waiting_on_a_lock()  # seen from this thread's own connection
     release.set()
     for thread in threads:
         thread.join(30)

@@ -11,7 +11,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from growth.managers.leases import SUPPRESSED, Lease, LeaseHandOver, Pacing
@@ -26,7 +26,7 @@ from growth.models import (
     WorkerHeartbeat,
 )
 from growth.sending.transports import Outcome
-from tests.helpers import concurrently
+from tests.helpers import concurrently, waiting_on_a_lock
 from tests.scenarios import sending_campaign
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -439,16 +439,7 @@ def _until_blocked(timeout: float = 3.0) -> None:
     """Wait until another session of this database waits for a lock (the race is staged), or
     for ``timeout``: a statement that should have waited and did not has run by then, and the
     caller's checks of what it left find it."""
-    deadline = time.monotonic() + timeout
-    with connection.cursor() as cursor:
-        while time.monotonic() < deadline:
-            # the statistics are read once a transaction, and the caller is in one
-            cursor.execute("SELECT pg_stat_clear_snapshot()")
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                           " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
-            if cursor.fetchone()[0]:
-                return
-            time.sleep(0.01)
+    waiting_on_a_lock(timeout)
 
 
 def _recover() -> None:
