@@ -98,6 +98,29 @@ def test_an_operator_clones_a_campaign_after_reading_that_no_recipient_is_touche
     assert Campaign.objects.get(name="Copy of Spring sale").status == "draft"
 
 
+def test_an_operator_deleting_the_only_segment_of_an_approved_campaign_is_refused(page):
+    from playwright.sync_api import expect
+
+    account = AccountFactory(name="Acme")
+    newsletter = SegmentFactory(account=account, name="Newsletter")
+    SegmentFactory(account=account, name="Customers")
+    campaign = CampaignFactory(account=account, name="Spring sale")
+    campaign.segments.set([newsletter])
+    approve_campaign(campaign_id=campaign.id)
+    operator(account, username="olga")
+    log_in(page, reverse("admin:login"), "olga")
+    page.goto(reverse("admin:growth_segment_change", args=[newsletter.pk]))
+    page.get_by_role("link", name="Delete").click()  # refused before it asks
+    shot(page, "admin-segment-delete-refused")
+    expect(page.get_by_role("button", name=re.compile("Yes"))).to_have_count(0)
+
+    expect(page.locator(".growth-confirm")).to_contain_text(
+        "Nothing was deleted. Deleting the segment “Newsletter” would leave 1 campaign with no "
+        "segment.")
+    expect(page.get_by_role("link", name="Spring sale")).to_be_visible()
+    assert list(campaign.segments.all()) == [newsletter]
+
+
 def test_an_operator_confirms_a_pending_subscriber_after_reading_what_it_means(page):
     from playwright.sync_api import expect
 
@@ -187,6 +210,10 @@ def test_a_tenant_adds_finds_and_removes_a_suppression(page):
     expect(page.locator(".messages")).to_contain_text("noisy@example.com is no longer suppressed.")
     assert sorted(Suppression.objects.values_list("email_lower", flat=True)) == [
         "already@example.com", "quiet@example.com"]
+    changes = page.locator("section", has=page.locator("#changes-title"))
+    expect(changes).to_contain_text("tina · Removed noisy@example.com")
+    expect(changes).to_contain_text("tina · Added quiet@example.com")
+    shot(page, "tenant-list-changes")
 
 
 def test_a_recipient_opens_the_link_and_unsubscribes(page):
