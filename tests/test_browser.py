@@ -18,7 +18,13 @@ from django.urls import reverse
 from growth.models import Account, Campaign, Send, Subscriber, Suppression
 from growth.operations.campaigns import approve_campaign
 from growth.sending.unsubscribe import make_token
-from tests.factories import AccountFactory, CampaignFactory, SegmentFactory, SubscriberFactory
+from tests.factories import (
+    AccountFactory,
+    CampaignFactory,
+    SegmentFactory,
+    SubscriberFactory,
+    UserFactory,
+)
 from tests.helpers import log_in
 from tests.scenarios import member, operator, sending_campaign
 from tests.test_sender_domains import sending_domain
@@ -119,6 +125,30 @@ def test_an_operator_deleting_the_only_segment_of_an_approved_campaign_is_refuse
         "segment.")
     expect(page.get_by_role("link", name="Spring sale")).to_be_visible()
     assert list(campaign.segments.all()) == [newsletter]
+
+
+def test_a_superuser_forgets_a_cached_domain_after_reading_who_is_on_it(page):
+    from playwright.sync_api import expect
+
+    from growth.models import MailDomain
+    from tests.test_admin_forget_domains import cached, running
+
+    cached("gmail.com", "google")
+    running(AccountFactory(name="Acme"), ["ann@gmail.com", "bob@gmail.com"], name="Spring sale")
+    UserFactory(username="root", is_staff=True, is_superuser=True)
+    log_in(page, reverse("admin:login"), "root")
+    page.goto(reverse("admin:growth_maildomain_changelist"))
+    page.check('input[name="_selected_action"][value="gmail.com"]')
+    page.select_option('select[name="action"]', "forget")
+    page.click('button[name="index"]')
+    shot(page, "admin-maildomains-confirm-forget")
+    expect(page.locator(".growth-confirm")).to_contain_text(
+        "2 recipients of 1 running campaign (sending or paused), not yet sent")
+    assert MailDomain.objects.filter(domain="gmail.com").exists()  # asked, not done
+
+    page.get_by_role("button", name="Yes, forget 1 domain").click()
+    expect(page.locator(".messagelist")).to_contain_text("1 domain forgotten")
+    assert not MailDomain.objects.filter(domain="gmail.com").exists()
 
 
 def test_an_operator_confirms_a_pending_subscriber_after_reading_what_it_means(page):
@@ -556,8 +586,6 @@ def test_resuming_warns_of_an_unverified_sender_and_refuses_another_accounts_dom
     """Two paused campaigns resumed from the list by a superuser: one sends as a domain nobody
     verified (warned, resumed), the other as a domain another account verified (refused)."""
     from playwright.sync_api import expect
-
-    from tests.factories import UserFactory
 
     outside = sending_campaign(count=2, name="Outside", account__from_email="news@outside.example")
     taken = sending_campaign(count=2, name="Taken", account__from_email="news@acme.example")
