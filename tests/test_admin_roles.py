@@ -129,3 +129,24 @@ def test_a_second_action_value_does_not_let_a_viewer_pause_a_viewed_accounts_cam
     seen = re.findall(r'name="seen" value="([^"]*)"', page.content.decode())
     client.post(url, {**selection, "post": "yes", "seen": seen})
     assert Campaign.objects.get(pk=theirs.pk).status == Campaign.Status.SENDING
+
+
+@pytest.mark.django_db
+def test_the_left_alone_counts_hold_for_the_post_a_browser_sends(client, tenant, other_tenant):
+    """The list's action form posts its hidden select_across as "0" (Django's ActionForm:
+    initial=0) until "select all N" sets it to "1": read as Django reads it, not as a string's
+    truth ("0" is true)."""
+    from django.urls import reverse
+
+    from tests.helpers import texts
+    from tests.scenarios import operator, sending_campaign
+
+    client.force_login(operator(other_tenant, viewer_of=(tenant,)))
+    url = reverse("admin:growth_campaign_changelist")
+    theirs = sending_campaign(count=2, account=tenant)
+    page = client.get(url).content.decode()
+    assert 'name="select_across" value="0"' in page  # what the browser posts back
+    said = texts(client.post(url, {"action": "pause", "select_across": "0", "index": "0",
+                                   "_selected_action": [theirs.pk, 10**12]}))
+    assert "1 selected left alone: your role in their account is viewer (read only)." in said
+    assert "1 selected left alone: not yours to change, or not there." in said

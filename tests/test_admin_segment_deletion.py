@@ -6,17 +6,19 @@ from __future__ import annotations
 import html
 import re
 import threading
+import time
 
 import pytest
 from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
 from growth.admin import segment_deletion
+from growth.managers import campaigns as campaign_queries
 from growth.models import Campaign, Segment, Send
 from growth.operations.campaigns import approve_campaign, cancel_campaign
 from tests.factories import CampaignFactory, SegmentFactory, SubscriberFactory
@@ -355,3 +357,63 @@ def test_a_draft_naming_the_segment_committed_during_the_deletion_is_not_widened
         return  # its link named a segment deleted before it committed: nothing saved
     assert draft.segments.exists(), (
         "the draft was left with no segment: it now goes to every segment of the account")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deletion_does_not_deadlock_with_an_edit_of_a_campaign_new_to_its_set(
+        monkeypatch, tenant):
+    """campaign -> segment -> campaign: a draft committed between step 1 and step 1b (it names
+    no segment: every segment of the account, so step 1 run again wants it) and being edited to
+    name the segment (its row held by the edit; the link's deferred key check wants the segment
+    at its commit) would deadlock with a deletion that held the segment and waited for the draft
+    (PostgreSQL aborts one: a 500). The deletion takes its second look without waiting, lets go
+    of the segments and starts again."""
+    segment = SegmentFactory(account=tenant, name="Doomed")
+    real_rows = campaign_queries.QUERIES.rows
+    calls = {"lock_audiences_of_segments": 0}
+    edit_holds, edit_commit = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def edit(draft_id):
+        try:
+            with transaction.atomic():
+                Campaign.objects.filter(pk=draft_id).update(name="now for Doomed")  # row held
+                Campaign.objects.get(pk=draft_id).segments.add(segment)  # key check at commit
+                edit_holds.set()
+                edit_commit.wait(10)
+        except IntegrityError:
+            pass  # lost to the deletion: what the fix promises (ValidatedAgain's form)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            edit_holds.set()
+
+    threads = []
+
+    def rows(name, /, **params):
+        result = real_rows(name, **params)
+        if name == "lock_audiences_of_segments":
+            calls[name] += 1
+            if calls[name] == 1:  # after step 1: another operator adds a draft, then edits it
+                made = {}
+                t = on_its_own_connection(lambda: made.update(
+                    id=CampaignFactory(account=tenant, name="new draft").pk))
+                t.join(10)
+                threads.append(on_its_own_connection(lambda: edit(made["id"])))
+                edit_holds.wait(10)
+        # step 1b held: the edit commits (its key check waits)
+        if name == "lock_segments" and not edit_commit.is_set():
+            edit_commit.set()
+            time.sleep(0.3)
+        return result
+
+    monkeypatch.setattr(campaign_queries.QUERIES, "rows", rows)
+    try:
+        with transaction.atomic():
+            Campaign.objects.audiences_of_segments([segment.pk], lock=True)
+            segment.delete()
+    except OperationalError as exc:
+        errors.append(exc)
+    for t in threads:
+        t.join(15)
+    assert not errors, f"deadlock: {errors!r}"

@@ -3,6 +3,7 @@ what a member may change (an editor of the account) rather than only see (a view
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import get_fields_from_path
 from django.core.exceptions import BadRequest, FieldDoesNotExist, ValidationError
@@ -121,7 +122,10 @@ class TenantScopedAdmin(ValidatedAgain, IdSelection, admin.ModelAdmin):
                               editable=True)
             selected = {self.opts.pk.to_python(pk)
                         for pk in request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)}
-            if not request.POST.get("select_across") and selected:
+            # as Django's ActionForm reads it: a browser posts "0" until "select all" is taken
+            across = forms.BooleanField(required=False).to_python(
+                request.POST.get("select_across"))
+            if not across and selected:
                 shown = queryset.filter(pk__in=selected).count()
                 viewed = shown - editable.filter(pk__in=selected).count()
                 # another tenant's id and no id at all are one count, worded alike: telling

@@ -4,12 +4,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, time
 
-from django.db import models, transaction
+from django.db import OperationalError, models, transaction
 
 from growth.managers.queries import FromRow, Queries
 from growth.sending import pacing
 
 QUERIES = Queries.beside(__file__)
+LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of FOR UPDATE NOWAIT on a row held elsewhere
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,12 +187,24 @@ class CampaignManager(models.Manager):
         if lock:
             if not transaction.get_connection().in_atomic_block:
                 raise RuntimeError("the lock would end with the statement: run it in a transaction")
-            QUERIES.rows("lock_audiences_of_segments", segment_ids=list(segment_ids))
-            # then the segments, so that no campaign comes to name one of them before the
-            # deletion commits (the link's deferred foreign key waits for this lock, then fails),
-            # and again the campaigns: one that came to name one before this lock is held now
-            QUERIES.rows("lock_segments", segment_ids=list(segment_ids))
-            QUERIES.rows("lock_audiences_of_segments", segment_ids=list(segment_ids))
+            while True:
+                try:
+                    # a savepoint: undone, it releases the row locks taken in it
+                    with transaction.atomic():
+                        QUERIES.rows("lock_audiences_of_segments", segment_ids=list(segment_ids))
+                        # then the segments, so that no campaign comes to name one of them before
+                        # the deletion commits (the link's deferred foreign key waits for this
+                        # lock, then fails), and again the campaigns: one that came to name one
+                        # before this lock is held now. Without waiting: its holder (an edit
+                        # adding a segment) may wait at its commit for the segments held here,
+                        # a deadlock; let go of them and wait for it in step 1 instead.
+                        QUERIES.rows("lock_segments", segment_ids=list(segment_ids))
+                        QUERIES.rows("lock_audiences_of_segments_nowait",
+                                     segment_ids=list(segment_ids))
+                    break
+                except OperationalError as exc:
+                    if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                        raise
         return [AudienceLoss.from_row(row)
                 for row in QUERIES.rows("audiences_of_segments", segment_ids=list(segment_ids))]
 

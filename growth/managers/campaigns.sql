@@ -316,6 +316,14 @@ HAVING sum(r.sends) <> 0;
           AND c.account_id IN (SELECT g.account_id FROM growth_segments g
                                 WHERE g.id = ANY(%(segment_ids)s)))))
 
+-- _audiences_of_segments --
+-- The campaigns whose audience still to be built holds the segments, in id order (every
+-- statement that locks several campaigns takes them in that order).
+SELECT c.id
+  FROM growth_campaigns c
+ WHERE {{ _audience_holds_segments }}
+ ORDER BY c.id
+
 -- lock_audiences_of_segments --
 -- A deletion of segments, step 1: wait for, then hold until it commits, the campaigns whose
 -- audience still to be built holds them, in id order. A build holds its campaign's row (FOR KEY
@@ -323,10 +331,7 @@ HAVING sum(r.sends) <> 0;
 -- an edit of a campaign's segments (the foreign key's check of each link it inserts): FOR UPDATE
 -- waits for both, so a build reads the segments before the deletion (and the deletion then finds
 -- the campaign built) or after it, never in between.
-SELECT c.id
-  FROM growth_campaigns c
- WHERE {{ _audience_holds_segments }}
- ORDER BY c.id
+{{ _audiences_of_segments }}
    FOR UPDATE;
 
 -- lock_segments --
@@ -340,6 +345,13 @@ SELECT g.id
  WHERE g.id = ANY(%(segment_ids)s)
  ORDER BY g.id
    FOR UPDATE;
+
+-- lock_audiences_of_segments_nowait --
+-- Step 1 again, after step 1b: a campaign held by another transaction now is one that came to
+-- name the segments after step 1; that holder may wait for step 1b's lock (its link's foreign
+-- key check), so this does not wait for it (the caller undoes its locks and starts again).
+{{ _audiences_of_segments }}
+   FOR UPDATE NOWAIT;
 
 -- audiences_of_segments --
 -- Step 2, in a statement of its own: its snapshot, taken after step 1's wait, shows what the
