@@ -417,3 +417,12 @@ def test_a_deletion_does_not_deadlock_with_an_edit_of_a_campaign_new_to_its_set(
     for t in threads:
         t.join(15)
     assert not errors, f"deadlock: {errors!r}"
+
+
+@pytest.mark.parametrize("object_id", ["999999", "abc", "-1"])
+def test_deleting_a_segment_that_is_not_there_is_no_500(client, staff, tenant, object_id):
+    response = client.get(reverse("admin:growth_segment_delete", args=[object_id]))
+    assert response.status_code in (302, 404)
+    response = client.post(reverse("admin:growth_segment_delete", args=[object_id]),
+                           {"post": "yes"})
+    assert response.status_code in (302, 404)
